@@ -1,0 +1,159 @@
+"""The ``hisparse`` command line.
+
+Each subcommand is a ``(register, handler)`` pair in ``COMMANDS`` so later ones
+(``simulate``, ``bench``) slot in without touching the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hisparse.bugs import BUGS
+from hisparse.tlc import (
+    MODELS,
+    CheckReport,
+    TlcError,
+    check_model,
+    ensure_tlc,
+    probe_version,
+)
+from hisparse.tlc.acquire import ARTIFACT
+
+EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
+_EXIT_FOR = {"ok": EXIT_OK, "violation": EXIT_VIOLATION, "error": EXIT_ERROR}
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+# --- setup -------------------------------------------------------------------------------
+
+
+def _register_setup(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub.add_parser("setup", help="fetch and verify the pinned TLC jar (Maven)")
+
+
+def _cmd_setup(args: argparse.Namespace) -> int:
+    install = ensure_tlc()
+    print(f"artifact  {ARTIFACT}")
+    print(f"jar       {install.jar}")
+    print(f"version   {probe_version(install)}")
+    print(f"sha256    {install.sha256} (verified)")
+    return EXIT_OK
+
+
+# --- check -------------------------------------------------------------------------------
+
+
+def _register_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("check", help="model-check the TLA+ spec with TLC")
+    p.add_argument("--model", choices=MODELS, default="ci", help="model size (default: ci)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the report as JSON")
+    p.add_argument(
+        "--inject",
+        metavar="NAME",
+        choices=[b.name for b in BUGS],
+        help="turn on an injected bug and check that TLC catches it",
+    )
+    p.add_argument("--list-bugs", action="store_true", help="list injectable bugs and exit")
+    p.add_argument("--workers", default="auto", help="TLC worker threads (default: auto)")
+    p.add_argument("--verbose", "-v", action="store_true", help="stream TLC output to stderr")
+    p.add_argument("--keep", action="store_true", help="keep the scratch dir even on success")
+    # Trace validation (`--trace FILE`) will be added here: it checks a recorded executor
+    # trace against the spec rather than exploring the model.
+
+
+def _print_report(r: CheckReport) -> None:
+    def row(key: str, value: object) -> None:
+        print(f"{key:<11} {value}")
+
+    row("model", r.model + (f" (injected: {r.injected})" if r.injected else ""))
+    row("result", r.result.upper() + ("" if r.result == "ok" else f"  ({r.reason})"))
+    row("distinct", f"{r.distinct_states:,}")
+    row("generated", f"{r.states_generated:,}")
+    row("depth", r.depth)
+    row("seconds", f"{r.seconds:.1f}")
+    row("invariants", ", ".join(r.invariants) or "-")
+    row("properties", ", ".join(r.properties) or "-")
+    row("tlc", r.tlc_version or "?")
+    row("violated", ", ".join(r.violated) or "-")
+    if r.injected is not None:
+        row("caught", "yes" if r.caught_expected else "NO: the expected check did not fire")
+    print("runs:")
+    for run in r.runs:
+        name = f"{run.module}/{run.cfg}"
+        figures = (
+            f"{run.distinct_states:>12,} distinct {run.states_generated:>12,} generated"
+            f"  depth {run.depth:<4} {run.seconds:7.1f} s"
+        )
+        caught = f"  violated {', '.join(run.violated)}" if run.violated else ""
+        print(f"  {name:<40} {run.result:<9} {figures}{caught}")
+    if r.workdir:
+        print(f"logs: {r.workdir}")
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    if args.list_bugs:
+        width = max(len(b.name) for b in BUGS)
+        cwidth = max(len(b.catches) for b in BUGS)
+        for b in BUGS:
+            print(f"{b.name:<{width}}  {b.catches:<{cwidth}}  {b.summary}")
+        return EXIT_OK
+    workers: int | str = int(args.workers) if str(args.workers).isdigit() else args.workers
+    try:
+        report = check_model(
+            args.model, inject=args.inject, workers=workers, echo=args.verbose, keep=args.keep
+        )
+    except TlcError as exc:
+        if args.json is not None:  # CI reads the file: an error must leave one too
+            doc = {
+                "result": "error",
+                "reason": str(exc),
+                "model": args.model,
+                "injected": args.inject,
+            }
+            args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        raise
+    _print_report(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    return _EXIT_FOR[report.result]
+
+
+COMMANDS: dict[str, tuple[Callable[..., None], Handler]] = {
+    "setup": (_register_setup, _cmd_setup),
+    "check": (_register_check, _cmd_check),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser; subcommands come from ``COMMANDS``."""
+    parser = argparse.ArgumentParser(prog="hisparse", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register, _ in COMMANDS.values():
+        register(sub)
+    return parser
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code (0 ok, 1 violation, 2 error)."""
+    args = build_parser().parse_args(argv)
+    # SIGTERM (CI timeouts, `timeout`) unwinds like Ctrl-C so running TLC jobs are stopped.
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return COMMANDS[args.command][1](args)
+    except TlcError as exc:
+        print(f"hisparse: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

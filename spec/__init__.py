@@ -1,0 +1,1 @@
+"""Executable protocol machine for HiSparse KV offload (installed as ``hisparse.spec``)."""

@@ -1,0 +1,48 @@
+"""Typed errors of the protocol machine.
+
+Every refusal names what was refused and why, and is raised before any state
+changes: a caller that catches it holds the same state it had before the call.
+"""
+
+from __future__ import annotations
+
+
+class ProtocolError(Exception):
+    """Base class of every error the protocol machine raises."""
+
+
+class ActionNotEnabled(ProtocolError):
+    """An action was requested in a state where the TLA+ spec does not enable it."""
+
+    def __init__(self, action: str, reason: str) -> None:
+        super().__init__(f"{action} is not enabled: {reason}")
+        self.action = action
+        self.reason = reason
+
+
+class UnknownTransfer(ProtocolError):
+    """A worker ack names a transfer ID that is not open (unknown, stale or duplicate)."""
+
+    def __init__(self, transfer_id: int, reason: str) -> None:
+        super().__init__(f"transfer {transfer_id}: {reason}")
+        self.transfer_id = transfer_id
+        self.reason = reason
+
+
+class InvariantViolation(ProtocolError):
+    """A safety invariant of tla/HiSparse.tla does not hold; ``name`` is its TLA+ name."""
+
+    def __init__(self, name: str, details: str) -> None:
+        super().__init__(f"invariant {name} violated: {details}")
+        self.name = name
+        self.details = details
+
+
+class IllegalTransition(ProtocolError):
+    """A lifecycle trigger was fired from a state its declared table does not allow."""
+
+    def __init__(self, machine: str, state: str, trigger: str) -> None:
+        super().__init__(f"{machine}: no transition {trigger!r} from state {state!r}")
+        self.machine = machine
+        self.state = state
+        self.trigger = trigger

@@ -1,0 +1,71 @@
+"""Wire messages between scheduler and worker (pydantic v2, frozen, no extras).
+
+The scheduler sends one ``HiSparseConnectorMetadata`` down per step (carried in
+kv_connector_metadata); the worker returns one ``HiSparseWorkerMeta`` up (carried
+in kv_connector_worker_meta). They are validated once, at the process boundary,
+through the two TypeAdapters below; inside a process they are passed as is.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+BlockId = int
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class SparseKVPageTransfer(_Wire):
+    """One GPU-to-host page copy: its ID and physical coordinates, no request identity."""
+
+    transfer_id: int = Field(ge=0)
+    src_gpu_block: BlockId = Field(ge=0)
+    dst_host_block: BlockId = Field(ge=0)
+
+
+class BlockTableReplacement(_Wire):
+    """Point a request's logical page at a host block (after the enqueued ack)."""
+
+    request_id: str = Field(min_length=1)
+    page_index: int = Field(ge=1)
+    host_block: BlockId = Field(ge=0)
+
+
+class HiSparseConnectorMetadata(_Wire):
+    """Scheduler → worker, once per step: new page transfers and table replacements."""
+
+    transfers: tuple[SparseKVPageTransfer, ...] = ()
+    replacements: tuple[BlockTableReplacement, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique(self) -> HiSparseConnectorMetadata:
+        ids = [t.transfer_id for t in self.transfers]
+        if len(set(ids)) != len(ids):
+            raise ValueError("duplicate transfer_id in one connector metadata")
+        dsts = [t.dst_host_block for t in self.transfers]
+        if len(set(dsts)) != len(dsts):
+            raise ValueError("two transfers target one host block in one connector metadata")
+        return self
+
+
+class HiSparseWorkerMeta(_Wire):
+    """Worker → scheduler: transfer IDs enqueued on the stream and completed since last report."""
+
+    enqueued: tuple[int, ...] = ()
+    completed: tuple[int, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique(self) -> HiSparseWorkerMeta:
+        for name, ids in (("enqueued", self.enqueued), ("completed", self.completed)):
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"duplicate transfer ID in {name}")
+            if any(i < 0 for i in ids):
+                raise ValueError(f"negative transfer ID in {name}")
+        return self
+
+
+# One adapter per direction: the only place wire bytes are validated.
+CONNECTOR_METADATA: TypeAdapter[HiSparseConnectorMetadata] = TypeAdapter(HiSparseConnectorMetadata)
+WORKER_META: TypeAdapter[HiSparseWorkerMeta] = TypeAdapter(HiSparseWorkerMeta)

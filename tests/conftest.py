@@ -1,0 +1,63 @@
+"""Test-suite policy: GPU tests skip cleanly without a GPU; in CI nothing else may skip.
+
+CI requires TLC and every non-GPU dependency, so a skip there would hide a broken setup.
+With ``CI=true`` any skip whose reason does not mention the GPU is turned into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+
+import pytest
+
+GPU_WORD = "GPU"
+
+
+def in_ci() -> bool:
+    """True when the ``CI`` environment variable is set to a truthy value."""
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def gpu_unavailable() -> str | None:
+    """Why GPU tests cannot run here, or ``None`` when CuPy sees an NVIDIA GPU."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CUDA library load failure
+        return f"CuPy not importable ({type(exc).__name__}: {exc})"
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:
+        return f"CUDA runtime error ({exc})"
+    return None if count > 0 else "CuPy sees 0 devices"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    detail = gpu_unavailable()
+    if detail is not None:
+        skip = pytest.mark.skip(reason=f"no NVIDIA {GPU_WORD}: {detail}")
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if in_ci() and report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report)
+        if GPU_WORD not in reason:
+            report.outcome = "failed"
+            report.longrepr = f"skipped in CI, which allows only GPU skips: {reason}"
+    return report

@@ -1,0 +1,291 @@
+"""``hisparse check`` end to end (marker ``tlc``); unit tests of the TLC output and cfg parsers.
+
+The TLC tests never skip: without java, mvn or the pinned jar they fail, because CI
+requires the model check to actually run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hisparse.bugs import BUGS, InjectedBug
+from hisparse.tlc import TlcChecksumMismatch, TlcError, TlcInstall, TlcUnavailable, ensure_tlc
+from hisparse.tlc import cfg as cfgfile
+from hisparse.tlc.acquire import JAR_NAME, JAR_SHA256, require_tool, verify_jar
+from hisparse.tlc.output import TEMPORAL, parse_output
+
+# --- end to end (needs Java + TLC) -------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tlc() -> TlcInstall:
+    """The verified TLC install; a missing tool is a failure, never a skip."""
+    try:
+        return ensure_tlc()
+    except TlcError as exc:
+        pytest.fail(f"TLC is required for these tests and is not usable: {exc}", pytrace=False)
+
+
+def hisparse(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a subprocess so the real exit code is observed."""
+    return subprocess.run(
+        [sys.executable, "-m", "hisparse", *args], capture_output=True, text=True, check=False
+    )
+
+
+def check_json(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    out = tmp_path / "report.json"
+    proc = hisparse("check", *args, "--json", str(out))
+    assert out.is_file(), f"no JSON report; stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc.returncode, json.loads(out.read_text()), proc.stdout + proc.stderr
+
+
+@pytest.mark.tlc
+def test_check_ci_model_passes(tlc: TlcInstall, tmp_path: Path) -> None:
+    code, report, text = check_json(tmp_path, "--model", "ci")
+    assert report["result"] == "ok", text
+    assert code == 0
+    assert report["distinct_states"] > 0
+    assert report["states_generated"] >= report["distinct_states"]
+    assert report["invariants"], "the ci model checks no invariant"
+    assert report["violated"] == []
+    assert report["tlc_version"].startswith("2.18")
+    assert report["model"] == "ci" and report["injected"] is None
+    assert len(report["runs"]) >= 1 and all(r["result"] == "ok" for r in report["runs"])
+
+
+@pytest.mark.tlc
+def test_list_bugs_matches_registry() -> None:
+    proc = hisparse("check", "--list-bugs")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split(None, 2) for line in proc.stdout.splitlines() if line.strip()]
+    assert [(r[0], r[1], r[2]) for r in rows] == [(b.name, b.catches, b.summary) for b in BUGS]
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("bug", BUGS, ids=[b.name for b in BUGS])
+def test_injected_bug_is_caught(tlc: TlcInstall, tmp_path: Path, bug: InjectedBug) -> None:
+    code, report, text = check_json(tmp_path, "--model", "small", "--inject", bug.name)
+    assert report["result"] == "violation", text
+    assert code != 0
+    assert report["injected"] == bug.name
+    assert bug.catches in report["violated"], text
+    assert report["caught_expected"] is True
+
+
+# --- registry ----------------------------------------------------------------------------
+
+
+def test_bug_registry_is_well_formed() -> None:
+    names = [b.name for b in BUGS]
+    assert len(names) == len(set(names)) == 12
+    assert all(b.kind in ("invariant", "property") for b in BUGS)
+
+
+# --- acquisition errors ------------------------------------------------------------------
+
+
+def test_missing_tool_is_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(TlcUnavailable, match="apt-get install openjdk-17-jre-headless maven"):
+        require_tool("java")
+
+
+def test_checksum_mismatch_is_typed_error(tmp_path: Path) -> None:
+    jar = tmp_path / JAR_NAME
+    jar.write_bytes(b"not a jar")
+    with pytest.raises(TlcChecksumMismatch, match=JAR_SHA256):
+        verify_jar(jar)
+
+
+# --- output parser -----------------------------------------------------------------------
+
+HEADER = """TLC2 Version 2.18 of 20 March 2023
+Running breadth-first search Model-Checking with fp 1 and seed 2 with 2 workers on 2 cores.
+Parsing file /w/MC_small.tla
+Semantic processing of module MC_small
+Starting... (2026-01-01 00:00:00)
+Computing initial states...
+"""
+
+OK = (
+    HEADER
+    + """Finished computing initial states: 2 distinct states generated at 2026-01-01.
+Model checking completed. No error has been found.
+  Estimates of the probability that TLC did not check all reachable states
+  calculated (optimistic):  val = 6.5E-19
+1,234,567 states generated, 98,765 distinct states found, 0 states left on queue.
+The depth of the complete state graph search is 17.
+Finished in 03s at (2026-01-01 00:00:03)
+"""
+)
+
+INVARIANT = (
+    HEADER
+    + """Error: Invariant NoDoubleOwnership is violated.
+Error: The behavior up to this point is:
+State 1: <Initial predicate>
+/\\ x = 0
+
+6 states generated, 5 distinct states found, 1 states left on queue.
+The depth of the complete state graph search is 4.
+"""
+)
+
+TEMPORAL_OUT = (
+    HEADER
+    + """Progress(4) at 2026-01-01: 16 states generated, 10 distinct states found, 0 states left on queue.
+Checking temporal properties for the complete state space with 10 total distinct states
+Error: Temporal properties were violated.
+
+Error: The following behavior constitutes a counter-example:
+
+State 1: <Initial predicate>
+/\\ x = 0
+16 states generated, 10 distinct states found, 0 states left on queue.
+"""
+)
+
+PARSE_ERROR = """TLC2 Version 2.18 of 20 March 2023
+***Parse Error***
+Was expecting "Expression or Instance"
+Encountered "Beginning of definition" at line 4, column 9 and token "=="
+
+Residual stack trace follows:
+Definition starting at line 4, column 1.
+
+Fatal errors while parsing TLA+ spec in file Bad
+"""
+
+DEADLOCK = (
+    HEADER
+    + """Error: Deadlock reached.
+Error: The behavior up to this point is:
+State 1: <Initial predicate>
+3 states generated, 3 distinct states found, 0 states left on queue.
+"""
+)
+
+
+def test_parse_ok() -> None:
+    out = parse_output(OK, 0)
+    assert out.result == "ok"
+    assert out.tlc_version == "2.18 of 20 March 2023"
+    assert (out.states_generated, out.distinct_states, out.states_left) == (1234567, 98765, 0)
+    assert out.depth == 17
+    assert out.violated == []
+
+
+def test_parse_invariant_violation() -> None:
+    out = parse_output(INVARIANT, 12)
+    assert out.result == "violation"
+    assert out.violated == ["NoDoubleOwnership"]
+    assert (out.states_generated, out.distinct_states, out.states_left) == (6, 5, 1)
+    assert "NoDoubleOwnership" in out.reason
+
+
+def test_parse_temporal_violation() -> None:
+    out = parse_output(TEMPORAL_OUT, 13)
+    assert out.result == "violation"
+    assert out.violated == [TEMPORAL]
+    assert out.distinct_states == 10
+
+
+def test_parse_parse_error() -> None:
+    out = parse_output(PARSE_ERROR, 150)
+    assert out.result == "error"
+    assert out.parse_error
+    assert "line 4, column 9" in out.reason
+
+
+def test_parse_deadlock() -> None:
+    out = parse_output(DEADLOCK, 11)
+    assert out.result == "violation"
+    assert out.violated == ["Deadlock"]
+
+
+def test_unknown_exit_code_is_error() -> None:
+    assert parse_output("", 1).result == "error"
+    assert parse_output(OK, 137).result == "error"
+
+
+def test_killed_run_keeps_progress_figures() -> None:
+    text = HEADER + (
+        "Progress(17) at 2026-11-29 14:49:51: 4,786,823 states generated (822,629 s/min), "
+        "1,348,235 distinct states found (223,636 ds/min), 644,509 states left on queue.\n"
+    )
+    out = parse_output(text, -15)
+    assert out.result == "error" and "signal 15" in out.reason
+    assert (out.states_generated, out.distinct_states, out.states_left) == (
+        4786823,
+        1348235,
+        644509,
+    )
+
+
+def test_exit_zero_with_violation_text_is_not_ok() -> None:
+    assert parse_output(INVARIANT, 0).result == "error"
+
+
+# --- cfg parser --------------------------------------------------------------------------
+
+CFG = """\\* safety model
+CONSTANTS
+    Bug <- MCBug
+    Name = "INVARIANT in a string"
+    Pages <- MCPages
+SPECIFICATION Spec
+SYMMETRY Sym
+(* a block comment naming INVARIANT Fake *)
+INVARIANT TypeOK
+INVARIANTS
+    NoDoubleOwnership NoLeaseLeaked
+    \\* Commented
+    HostPoolNotOvercommitted
+PROPERTIES TransfersComplete
+    LeasesReleased PROPERTY AbortedFreed
+CHECK_DEADLOCK FALSE
+"""
+
+
+def test_cfg_sections() -> None:
+    keywords = [s.keyword for s in cfgfile.parse_sections(CFG)]
+    assert keywords == [
+        "CONSTANTS",
+        "SPECIFICATION",
+        "SYMMETRY",
+        "INVARIANT",
+        "INVARIANTS",
+        "PROPERTIES",
+        "PROPERTY",
+        "CHECK_DEADLOCK",
+    ]
+
+
+def test_cfg_names() -> None:
+    assert cfgfile.invariants(CFG) == [
+        "TypeOK",
+        "NoDoubleOwnership",
+        "NoLeaseLeaked",
+        "HostPoolNotOvercommitted",
+    ]
+    assert cfgfile.properties(CFG) == ["TransfersComplete", "LeasesReleased", "AbortedFreed"]
+
+
+def test_cfg_single_property_rewrite() -> None:
+    text = cfgfile.with_only_property(cfgfile.rebind_bug(CFG, "InjectedBug"), "LeasesReleased")
+    assert cfgfile.invariants(text) == []
+    assert cfgfile.properties(text) == ["LeasesReleased"]
+    assert "Bug <- InjectedBug" in text and "MCBug" not in text
+    assert "SYMMETRY" in text and '"INVARIANT in a string"' in text
+
+
+def test_cfg_rebind_requires_binding() -> None:
+    with pytest.raises(TlcError, match="Bug <- MCBug"):
+        cfgfile.rebind_bug('CONSTANTS Bug = "none"\n', "InjectedBug")

@@ -1,0 +1,434 @@
+------------------------------ MODULE HiSparse ------------------------------
+(***************************************************************************)
+(* The HiSparse lease/spill/publish protocol.                             *)
+(*                                                                         *)
+(* Two processes share nothing but two channels:                          *)
+(*   - the scheduler (HiSparseCoordinator + the KV cache manager, HMA)    *)
+(*     sends SparseKVPageTransfer commands down in kv_connector_metadata  *)
+(*     (`down`);                                                           *)
+(*   - the worker (HiSparseWorker) returns enqueued and completed         *)
+(*     transfer IDs up in kv_connector_worker_meta (`up`).                *)
+(*                                                                         *)
+(* A transfer is identified by its destination host block: the            *)
+(* destination lease is exclusive and is only released when the completed *)
+(* ack has been consumed, so no two live transfers share a destination and *)
+(* no stale ack can name a reused block (NoDoubleOwnership checks this).  *)
+(*                                                                         *)
+(* Data is modelled abstractly: a block holds the key (prefix identity)   *)
+(* of the logical page whose bytes it contains, "empty", or "garbage"     *)
+(* (bytes written by unrelated work after HMA reused the block).          *)
+(* A GPU-to-host copy reads its source at its position in the worker's    *)
+(* stream: WorkerEnqueue snapshots the source bytes, which is exactly why *)
+(* HMA may reuse the block once the copy is enqueued and not before.      *)
+(* HMA reuse is modelled in its worst case: a block handed back to HMA is *)
+(* overwritten by unrelated work at once ("garbage"), and so is a host    *)
+(* block handed back to the pool; any later read of it is caught.         *)
+(*                                                                         *)
+(* `Bug` names a deliberately injected defect ("none" normally); each one *)
+(* must be caught by the invariant or property that hisparse.bugs names.  *)
+(***************************************************************************)
+EXTENDS Naturals, FiniteSets, Sequences
+
+CONSTANTS
+    Requests,        \* request identities
+    GpuBlocks,       \* blocks of HMA's device pool
+    HostBlocks,      \* host block identities the coordinator can name
+    Keys,            \* prefix identities of logical pages (their contents)
+    PageKeys,        \* [Requests -> Seq(Keys)]: the content of each logical page
+    HostPoolBytes,   \* host_pool_gib, in abstract units
+    HostBlockBytes,  \* bytes of one host block, same units
+    Bug              \* injected defect, "none" in a correct model
+
+ASSUME HostBlockBytes > 0 /\ HostPoolBytes >= 0
+
+Pages == UNION {{<<r, i>> : i \in 1..Len(PageKeys[r])} : r \in Requests}
+PagesOf(r) == {<<r, i>> : i \in 1..Len(PageKeys[r])}
+KeyOf(p) == PageKeys[p[1]][p[2]]
+
+\* Sentinels. Tuples keep every comparison between values of one shape.
+NoPage == <<"nopage", 0>>
+NoLoc == <<"nowhere", "nowhere">>
+NoKey == "nokey"
+Idle == "idle"
+Data == Keys \cup {"empty", "garbage"}
+NoSpill == [src |-> "none", page |-> NoPage, phase |-> "none"]
+
+\* The realized pool is rounded down to whole host blocks.
+HostCapacity == HostPoolBytes \div HostBlockBytes
+\* What a buggy sizing computes: rounded up.
+HostCapacityRoundedUp ==
+    (HostPoolBytes + HostBlockBytes - 1) \div HostBlockBytes
+
+Loc == {NoLoc} \cup {<<"gpu", g>> : g \in GpuBlocks}
+               \cup {<<"host", h>> : h \in HostBlocks}
+Transfers == [src : GpuBlocks, dst : HostBlocks]   \* SparseKVPageTransfer
+Spills == [src : GpuBlocks, page : Pages, phase : {"sent", "enqueued"}]
+WorkerMeta == [enq : SUBSET HostBlocks, done : SUBSET HostBlocks]
+
+VARIABLES
+    \* scheduler: requests and the block table
+    req,        \* [Requests -> {"new", "running", "finished", "aborted"}]
+    loc,        \* [Pages -> Loc]: the block-table entry of each logical page
+    \* scheduler: HMA's device pool and the coordinator's leases
+    gpuOwner,   \* [GpuBlocks -> Pages \cup {NoPage}]: resident lease (NoPage = free in HMA)
+    srcPin,     \* [GpuBlocks -> BOOLEAN]: source lease of a sent transfer
+    \* scheduler: the coordinator's host blocks
+    hostState,  \* [HostBlocks -> {"free", "leased", "valid"}]; "leased" = destination lease
+    hostKey,    \* [HostBlocks -> Keys \cup {NoKey}]: the page a host block claims to hold
+    prefix,     \* [Keys -> SUBSET HostBlocks]: prefix index, published pages only
+    spill,      \* [HostBlocks -> Spills \cup {NoSpill}]: the coordinator's open transfers
+    \* channels
+    down,       \* SUBSET Transfers: commands sent, not yet taken by the worker
+    up,         \* Seq(WorkerMeta): acks reported, not yet consumed by the scheduler
+    \* worker
+    copying,    \* [HostBlocks -> Data \cup {Idle}]: copies in the stream, with the bytes they carry
+    wEnq,       \* SUBSET HostBlocks: enqueued, not yet reported
+    wDone,      \* SUBSET HostBlocks: completed, not yet reported
+    \* the bytes
+    gpuData,    \* [GpuBlocks -> Data]
+    hostData    \* [HostBlocks -> Data]
+
+schedVars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill>>
+workerVars == <<copying, wEnq, wDone>>
+vars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
+          down, up, copying, wEnq, wDone, gpuData, hostData>>
+
+Init ==
+    /\ req = [r \in Requests |-> "new"]
+    /\ loc = [p \in Pages |-> NoLoc]
+    /\ gpuOwner = [g \in GpuBlocks |-> NoPage]
+    /\ srcPin = [g \in GpuBlocks |-> FALSE]
+    /\ hostState = [h \in HostBlocks |-> "free"]
+    /\ hostKey = [h \in HostBlocks |-> NoKey]
+    /\ prefix = [k \in Keys |-> {}]
+    /\ spill = [h \in HostBlocks |-> NoSpill]
+    /\ down = {}
+    /\ up = <<>>
+    /\ copying = [h \in HostBlocks |-> Idle]
+    /\ wEnq = {}
+    /\ wDone = {}
+    /\ gpuData = [g \in GpuBlocks |-> "empty"]
+    /\ hostData = [h \in HostBlocks |-> "empty"]
+
+-----------------------------------------------------------------------------
+(* Derived views used by actions and invariants. *)
+
+FreeGpu == {g \in GpuBlocks : gpuOwner[g] = NoPage}
+HostInUse == {h \in HostBlocks : hostState[h] # "free"}
+PagesOn(l) == {p \in Pages : loc[p] = l}
+
+\* Longest prefix of r's pages whose keys are published on the host.
+HitLen(r) ==
+    CHOOSE m \in 0..Len(PageKeys[r]) :
+        /\ \A i \in 1..m : prefix[PageKeys[r][i]] # {}
+        /\ m = Len(PageKeys[r]) \/ prefix[PageKeys[r][m + 1]] = {}
+
+\* A host block is named by some protocol artifact still in flight.
+InFlight(h) ==
+    \/ \E t \in down : t.dst = h
+    \/ copying[h] # Idle
+    \/ h \in wEnq \cup wDone
+    \/ \E i \in 1..Len(up) : h \in up[i].enq \cup up[i].done
+    \/ spill[h] # NoSpill
+
+\* The bytes a reader ordered after the worker stream sees on host block h.
+StreamHostData(h) == IF copying[h] # Idle THEN copying[h] ELSE hostData[h]
+
+-----------------------------------------------------------------------------
+(* Scheduler actions. *)
+
+\* A request arrives: published host pages serve its longest prefix hit;
+\* every other page gets a free GPU block that prefill writes.
+Arrive(r) ==
+    /\ req[r] = "new"
+    /\ LET n == Len(PageKeys[r])
+           m == HitLen(r)
+           Cand == IF Bug = "double_allocation" THEN GpuBlocks ELSE FreeGpu
+       IN \E hosts \in [1..m -> HostBlocks],
+             blocks \in [(m + 1)..n -> Cand] :
+            /\ \A i \in 1..m : hosts[i] \in prefix[PageKeys[r][i]]
+            /\ \A i, j \in (m + 1)..n : i # j => blocks[i] # blocks[j]
+            /\ req' = [req EXCEPT ![r] = "running"]
+            /\ loc' = [p \in Pages |->
+                         IF p[1] # r THEN loc[p]
+                         ELSE IF p[2] <= m THEN <<"host", hosts[p[2]]>>
+                         ELSE <<"gpu", blocks[p[2]]>>]
+            /\ gpuOwner' = [g \in GpuBlocks |->
+                              IF \E i \in (m + 1)..n : blocks[i] = g
+                              THEN <<r, CHOOSE i \in (m + 1)..n : blocks[i] = g>>
+                              ELSE gpuOwner[g]]
+            /\ gpuData' = [g \in GpuBlocks |->
+                             IF \E i \in (m + 1)..n : blocks[i] = g
+                             THEN PageKeys[r][CHOOSE i \in (m + 1)..n : blocks[i] = g]
+                             ELSE gpuData[g]]
+    /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up,
+                   copying, wEnq, wDone, hostData>>
+
+\* Spill a resident page: pin the source and destination leases, send the
+\* SparseKVPageTransfer down.
+StartSpill(p, h) ==
+    /\ req[p[1]] = "running"
+    /\ loc[p][1] = "gpu"
+    /\ hostState[h] = "free"
+    /\ Cardinality(HostInUse) <
+          (IF Bug = "round_up_pool" THEN HostCapacityRoundedUp ELSE HostCapacity)
+    /\ LET g == loc[p][2] IN
+        /\ ~srcPin[g]
+        /\ hostState' = [hostState EXCEPT ![h] = "leased"]
+        /\ hostKey' = [hostKey EXCEPT ![h] = KeyOf(p)]
+        /\ spill' = [spill EXCEPT ![h] = [src |-> g, page |-> p, phase |-> "sent"]]
+        /\ down' = down \cup {[src |-> g, dst |-> h]}
+        /\ IF Bug = "release_source_at_send"
+           THEN /\ loc' = [loc EXCEPT ![p] = <<"host", h>>]
+                /\ gpuOwner' = [gpuOwner EXCEPT ![g] = NoPage]
+                /\ gpuData' = [gpuData EXCEPT ![g] = "garbage"]
+                /\ UNCHANGED srcPin
+           ELSE /\ srcPin' = [srcPin EXCEPT ![g] = TRUE]
+                /\ UNCHANGED <<loc, gpuOwner, gpuData>>
+    /\ UNCHANGED <<req, prefix, up, copying, wEnq, wDone, hostData>>
+
+\* The effects of one enqueued ack: replace the block-table entry, release
+\* the resident lease (and its pin) to HMA. Stream order makes reuse safe.
+AfterEnqueued(E, s) ==
+    LET Src(g) == \E h \in E : s[h].src = g
+        Moved(p) == \E h \in E : s[h].page = p /\ req[p[1]] = "running"
+        Dst(p) == CHOOSE h \in E : s[h].page = p
+    IN [loc |-> [p \in Pages |->
+                   IF Moved(p)
+                   THEN IF Bug = "host_id_as_gpu_index" THEN <<"gpu", Dst(p)>>
+                        ELSE <<"host", Dst(p)>>
+                   ELSE loc[p]],
+        gpuOwner |-> [g \in GpuBlocks |-> IF Src(g) THEN NoPage ELSE gpuOwner[g]],
+        gpuData |-> [g \in GpuBlocks |-> IF Src(g) THEN "garbage" ELSE gpuData[g]],
+        srcPin |-> [g \in GpuBlocks |->
+                      IF Src(g) /\ Bug # "enqueued_ack_keeps_pin" THEN FALSE
+                      ELSE srcPin[g]],
+        spill |-> [h \in HostBlocks |->
+                     IF h \in E THEN [s[h] EXCEPT !.phase = "enqueued"] ELSE s[h]]]
+
+\* Consume one worker meta: enqueued IDs first, then completed IDs.
+\* A completed copy publishes its host page (valid + prefix index) and
+\* releases the destination lease; an aborted request's page is freed instead.
+ConsumeMeta ==
+    /\ up # <<>>
+    /\ LET m == Head(up)
+           \* the buggy order handles completions first and drops those it
+           \* cannot match to an enqueued transfer
+           E == {h \in m.enq : spill[h].phase = "sent"}
+           D == IF Bug = "batched_done_before_enqueued"
+                THEN {h \in m.done : spill[h].phase = "enqueued"}
+                ELSE {h \in m.done : spill[h] # NoSpill}
+           a == AfterEnqueued(E, spill)
+           Publish == {h \in D : req[a.spill[h].page[1]] # "aborted"}
+           PublishEarly == IF Bug = "publish_at_enqueued" THEN E ELSE {}
+           Valid == Publish \cup PublishEarly
+       IN /\ loc' = a.loc
+          /\ gpuOwner' = a.gpuOwner
+          /\ gpuData' = a.gpuData
+          /\ srcPin' = a.srcPin
+          /\ spill' = [h \in HostBlocks |-> IF h \in D THEN NoSpill ELSE a.spill[h]]
+          /\ hostState' = [h \in HostBlocks |->
+                             IF h \in Valid THEN "valid"
+                             ELSE IF h \in D THEN "free"
+                             ELSE hostState[h]]
+          /\ hostKey' = [h \in HostBlocks |->
+                           IF h \in D \ Valid THEN NoKey ELSE hostKey[h]]
+          /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Valid : hostKey[h] = k}]
+          /\ hostData' = [h \in HostBlocks |->
+                            IF h \in D \ Valid THEN "garbage" ELSE hostData[h]]
+          /\ up' = Tail(up)
+    /\ UNCHANGED <<req, down, copying, wEnq, wDone>>
+
+\* A request ends. Its block-table entries go; unpinned resident blocks go
+\* back to HMA; pinned ones wait for their enqueued ack.
+EndRequest(r, how) ==
+    /\ req' = [req EXCEPT ![r] = how]
+    /\ loc' = [p \in Pages |-> IF p[1] = r THEN NoLoc ELSE loc[p]]
+    /\ LET Freed == IF how = "aborted" /\ Bug = "abort_keeps_resident_blocks" THEN {}
+                    ELSE {g \in GpuBlocks : gpuOwner[g] \in PagesOf(r) /\ ~srcPin[g]}
+       IN /\ gpuOwner' = [g \in GpuBlocks |-> IF g \in Freed THEN NoPage ELSE gpuOwner[g]]
+          /\ gpuData' = [g \in GpuBlocks |-> IF g \in Freed THEN "garbage" ELSE gpuData[g]]
+
+Finish(r) ==
+    /\ req[r] = "running"
+    /\ EndRequest(r, "finished")
+    /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up,
+                   copying, wEnq, wDone, hostData>>
+
+\* Aborts may come at any moment, also while the request's copies are in flight.
+Abort(r) ==
+    /\ req[r] \in {"new", "running"}
+    /\ EndRequest(r, "aborted")
+    /\ IF Bug = "abort_frees_inflight_host"
+       THEN LET Mine == {h \in HostBlocks : spill[h].page \in PagesOf(r)} IN
+            /\ hostState' = [h \in HostBlocks |-> IF h \in Mine THEN "free" ELSE hostState[h]]
+            /\ hostKey' = [h \in HostBlocks |-> IF h \in Mine THEN NoKey ELSE hostKey[h]]
+            /\ spill' = [h \in HostBlocks |-> IF h \in Mine THEN NoSpill ELSE spill[h]]
+       ELSE UNCHANGED <<hostState, hostKey, spill>>
+    /\ UNCHANGED <<srcPin, prefix, down, up, copying, wEnq, wDone, hostData>>
+
+\* Drop a published host page nobody references (host-pool pressure).
+EvictHost(h) ==
+    /\ hostState[h] = "valid"
+    /\ Bug = "evict_referenced_host" \/ PagesOn(<<"host", h>>) = {}
+    /\ hostState' = [hostState EXCEPT ![h] = "free"]
+    /\ hostKey' = [hostKey EXCEPT ![h] = NoKey]
+    /\ prefix' = IF Bug = "evict_keeps_index" THEN prefix
+                 ELSE [prefix EXCEPT ![hostKey[h]] = @ \ {h}]
+    /\ hostData' = [hostData EXCEPT ![h] = "garbage"]
+    /\ UNCHANGED <<req, loc, gpuOwner, srcPin, spill, down, up,
+                   copying, wEnq, wDone, gpuData>>
+
+-----------------------------------------------------------------------------
+(* Worker actions. *)
+
+\* Take a command and enqueue its GPU-to-host copy; the copy carries the
+\* source bytes as they stand at its stream position.
+WorkerEnqueue(t) ==
+    /\ t \in down
+    /\ down' = down \ {t}
+    /\ copying' = [copying EXCEPT ![t.dst] = gpuData[t.src]]
+    /\ wEnq' = wEnq \cup {t.dst}
+    /\ UNCHANGED <<schedVars, up, wDone, gpuData, hostData>>
+
+\* Injected defect: a received command is lost.
+WorkerDrop(t) ==
+    /\ Bug = "worker_drops_transfer"
+    /\ t \in down
+    /\ down' = down \ {t}
+    /\ UNCHANGED <<schedVars, up, workerVars, gpuData, hostData>>
+
+\* The copy reaches its event: the bytes land in the host block.
+WorkerComplete(h) ==
+    /\ copying[h] # Idle
+    /\ hostData' = [hostData EXCEPT ![h] = copying[h]]
+    /\ copying' = [copying EXCEPT ![h] = Idle]
+    /\ wDone' = wDone \cup {h}
+    /\ UNCHANGED <<schedVars, down, up, wEnq, gpuData>>
+
+\* Report every ack not yet reported: acks may be late, batched across
+\* steps, and carry enqueued and completed for one transfer together.
+\* One worker meta is in flight at a time: the engine returns it with the
+\* step's output and the scheduler consumes it before the next step.
+WorkerReport ==
+    /\ up = <<>>
+    /\ wEnq \cup wDone # {}
+    /\ up' = Append(up, [enq |-> wEnq, done |-> wDone])
+    /\ wEnq' = {}
+    /\ wDone' = {}
+    /\ UNCHANGED <<schedVars, down, copying, gpuData, hostData>>
+
+-----------------------------------------------------------------------------
+
+\* Every request has ended: the run may stop here (not a deadlock).
+Quiescent ==
+    /\ \A r \in Requests : req[r] \in {"finished", "aborted"}
+    /\ UNCHANGED vars
+
+SchedulerNext ==
+    \/ \E r \in Requests : Arrive(r) \/ Finish(r) \/ Abort(r)
+    \/ \E p \in Pages, h \in HostBlocks : StartSpill(p, h)
+    \/ ConsumeMeta
+    \/ \E h \in HostBlocks : EvictHost(h)
+
+WorkerNext ==
+    \/ \E t \in down : WorkerEnqueue(t) \/ WorkerDrop(t)
+    \/ \E h \in HostBlocks : WorkerComplete(h)
+    \/ WorkerReport
+
+Next == SchedulerNext \/ WorkerNext \/ Quiescent
+
+\* The worker and the scheduler's consumption of its meta are weakly fair.
+\* Disjunctive fairness suffices: pages never return to the GPU, so a
+\* behaviour holds finitely many transfers and none can starve forever.
+Fairness ==
+    /\ WF_vars(\E t \in down : WorkerEnqueue(t))
+    /\ WF_vars(\E h \in HostBlocks : WorkerComplete(h))
+    /\ WF_vars(WorkerReport)
+    /\ WF_vars(ConsumeMeta)
+
+Spec == Init /\ [][Next]_vars /\ Fairness
+
+-----------------------------------------------------------------------------
+(* Safety invariants. Each has a Python twin of the same name. *)
+
+TypeOK ==
+    /\ req \in [Requests -> {"new", "running", "finished", "aborted"}]
+    /\ loc \in [Pages -> Loc]
+    /\ gpuOwner \in [GpuBlocks -> Pages \cup {NoPage}]
+    /\ srcPin \in [GpuBlocks -> BOOLEAN]
+    /\ hostState \in [HostBlocks -> {"free", "leased", "valid"}]
+    /\ hostKey \in [HostBlocks -> Keys \cup {NoKey}]
+    /\ prefix \in [Keys -> SUBSET HostBlocks]
+    /\ spill \in [HostBlocks -> Spills \cup {NoSpill}]
+    /\ down \subseteq Transfers
+    /\ \A i \in 1..Len(up) : up[i] \in WorkerMeta
+    /\ copying \in [HostBlocks -> Data \cup {Idle}]
+    /\ wEnq \subseteq HostBlocks
+    /\ wDone \subseteq HostBlocks
+    /\ gpuData \in [GpuBlocks -> Data]
+    /\ hostData \in [HostBlocks -> Data]
+
+\* No GPU block backs two block-table entries; no host block is free while
+\* a transfer naming it is still in flight (its ID would be reused).
+NoDoubleOwnership ==
+    /\ \A g \in GpuBlocks : Cardinality(PagesOn(<<"gpu", g>>)) <= 1
+    /\ \A h \in HostBlocks : hostState[h] = "free" => ~InFlight(h)
+
+\* Source and destination leases are held only by an open transfer.
+NoLeaseLeaked ==
+    /\ \A g \in GpuBlocks : srcPin[g] =>
+          \E h \in HostBlocks : spill[h].src = g /\ spill[h].phase = "sent"
+    /\ \A h \in HostBlocks : hostState[h] = "leased" => spill[h] # NoSpill
+
+\* Until its copy is enqueued, a source block stays leased, pinned and intact.
+NoReuseBeforeEnqueued ==
+    \A h \in HostBlocks : spill[h].phase = "sent" =>
+        LET g == spill[h].src IN
+        /\ gpuOwner[g] = spill[h].page
+        /\ srcPin[g]
+        /\ gpuData[g] = KeyOf(spill[h].page)
+
+\* A valid (published) host page has no copy or ack in flight.
+NoPublishBeforeComplete ==
+    \A h \in HostBlocks : hostState[h] = "valid" => ~InFlight(h)
+
+\* The prefix index names only valid pages, and a valid page holds the bytes
+\* of the page it claims.
+PublishedDataCorrect ==
+    /\ \A k \in Keys : \A h \in prefix[k] :
+          hostState[h] = "valid" /\ hostKey[h] = k
+    /\ \A h \in HostBlocks : hostState[h] = "valid" => hostData[h] = hostKey[h]
+
+\* Every page of a running request is readable from exactly one place.
+LivePagesReadable ==
+    \A p \in Pages : req[p[1]] = "running" =>
+        /\ \A g \in GpuBlocks : gpuOwner[g] = p => loc[p] = <<"gpu", g>>
+        /\ CASE loc[p][1] = "gpu" ->
+                    gpuOwner[loc[p][2]] = p /\ gpuData[loc[p][2]] = KeyOf(p)
+             [] loc[p][1] = "host" ->
+                    hostState[loc[p][2]] # "free"
+                    /\ StreamHostData(loc[p][2]) = KeyOf(p)
+             [] OTHER -> FALSE
+
+HostPoolNotOvercommitted == Cardinality(HostInUse) <= HostCapacity
+
+-----------------------------------------------------------------------------
+(* Liveness under worker fairness. *)
+
+\* Every sent transfer completes and its completion is consumed.
+TransfersComplete ==
+    \A h \in HostBlocks : (spill[h] # NoSpill) ~> (spill[h] = NoSpill)
+
+\* Every source and destination lease is eventually released.
+LeasesReleased ==
+    /\ \A g \in GpuBlocks : srcPin[g] ~> ~srcPin[g]
+    /\ \A h \in HostBlocks : (hostState[h] = "leased") ~> (hostState[h] # "leased")
+
+\* An aborted request eventually holds no GPU block and no host lease.
+AbortedFreed ==
+    \A r \in Requests :
+        (req[r] = "aborted") ~>
+            /\ \A g \in GpuBlocks : gpuOwner[g] \notin PagesOf(r)
+            /\ \A h \in HostBlocks : spill[h].page \notin PagesOf(r)
+=============================================================================
