@@ -1,0 +1,206 @@
+"""The safety invariants of tla/HiSparse.tla, one Python function per TLA+ name.
+
+Each returns a list of human-readable problems (empty = holds), so a failure
+names the offending blocks and transfers. ``check_invariants`` raises
+``InvariantViolation`` with the first failing invariant's name, in the order of
+the TLC configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hisparse.spec.errors import InvariantViolation
+from hisparse.spec.state import EMPTY, GARBAGE, HostBlock, ProtocolState
+
+Problems = list[str]
+
+
+def TypeOK(s: ProtocolState) -> Problems:  # noqa: N802 - the spec's name
+    out: Problems = []
+    g_n, h_n = s.config.gpu_blocks, s.config.host_blocks
+    data = {EMPTY, GARBAGE} | {k for ks in s.page_keys.values() for k in ks}
+    for r, st in s.req.items():
+        if st not in ("new", "running", "finished", "aborted"):
+            out.append(f"request {r} in state {st!r}")
+    for p, where in s.loc.items():
+        if where is None:
+            continue
+        tier, b = where
+        limit = {"gpu": g_n, "host": h_n}.get(tier, 0)
+        # a host block ID is a HostBlock; it must never index the GPU pool
+        wrong_kind = (tier == "gpu") == isinstance(b, HostBlock)
+        if wrong_kind or not 0 <= b < limit:
+            out.append(f"page {p} located at {where!r}, not a block of its tier")
+    for g in range(g_n):
+        owner = s.gpu_owner[g]
+        if owner is not None and owner not in s.loc:
+            out.append(f"GPU block {g} owned by unknown page {owner}")
+        if s.gpu_data[g] not in data:
+            out.append(f"GPU block {g} holds {s.gpu_data[g]!r}")
+    for h in range(h_n):
+        if s.host_state[h] not in ("free", "leased", "valid"):
+            out.append(f"host block {h} in state {s.host_state[h]!r}")
+        sp = s.spill[h]
+        if sp is not None and (not 0 <= sp.src < g_n or sp.page not in s.loc):
+            out.append(f"host block {h} has a malformed spill {sp}")
+        if s.host_data[h] not in data or (s.copying[h] or EMPTY) not in data:
+            out.append(f"host block {h} holds {s.host_data[h]!r}")
+    for k, hs in s.prefix.items():
+        if any(not 0 <= h < h_n for h in hs):
+            out.append(f"prefix index of {k} names blocks {sorted(hs)}")
+    for t in s.down.values():
+        if not (0 <= t.src < g_n and 0 <= t.dst < h_n):
+            out.append(f"transfer {t} has out-of-range coordinates")
+    return out
+
+
+def NoDoubleOwnership(s: ProtocolState) -> Problems:  # noqa: N802
+    out: Problems = []
+    seen: dict[tuple[str, int], object] = {}
+    for p, where in s.loc.items():
+        if where is not None and where[0] == "gpu":
+            if where in seen:
+                out.append(f"GPU block {where[1]} backs both {seen[where]} and {p}")
+            seen[where] = p
+    for h in range(s.config.host_blocks):
+        if s.host_state[h] == "free" and s.in_flight(h):
+            out.append(f"host block {h} is free while a transfer naming it is in flight")
+    return out
+
+
+def NoLeaseLeaked(s: ProtocolState) -> Problems:  # noqa: N802
+    out: Problems = []
+    for g, pinned in enumerate(s.src_pin):
+        if pinned and not any(
+            sp is not None and sp.src == g and sp.phase == "sent" for sp in s.spill
+        ):
+            out.append(f"GPU block {g} is pinned with no sent transfer")
+    for h, st in enumerate(s.host_state):
+        if st == "leased" and s.spill[h] is None:
+            out.append(f"host block {h} is leased with no open transfer")
+    return out
+
+
+def NoReuseBeforeEnqueued(s: ProtocolState) -> Problems:  # noqa: N802
+    out: Problems = []
+    for h, sp in enumerate(s.spill):
+        if sp is None or sp.phase != "sent":
+            continue
+        g = sp.src
+        if s.gpu_owner[g] != sp.page or not s.src_pin[g] or s.gpu_data[g] != s.key_of(sp.page):
+            out.append(
+                f"transfer {sp.transfer_id} (GPU {g} -> host {h}) not yet enqueued but its "
+                f"source is owned by {s.gpu_owner[g]}, pinned={s.src_pin[g]}, "
+                f"holds {s.gpu_data[g]!r}"
+            )
+    return out
+
+
+def NoPublishBeforeComplete(s: ProtocolState) -> Problems:  # noqa: N802
+    return [
+        f"host block {h} is valid while its transfer is still in flight"
+        for h, st in enumerate(s.host_state)
+        if st == "valid" and s.in_flight(h)
+    ]
+
+
+def PublishedDataCorrect(s: ProtocolState) -> Problems:  # noqa: N802
+    out: Problems = []
+    for k, hs in s.prefix.items():
+        for h in sorted(hs):
+            if s.host_state[h] != "valid" or s.host_key[h] != k:
+                out.append(
+                    f"prefix index maps {k} to host block {h} "
+                    f"({s.host_state[h]}, claims {s.host_key[h]})"
+                )
+    for h, st in enumerate(s.host_state):
+        if st == "valid" and s.host_data[h] != s.host_key[h]:
+            out.append(f"host block {h} claims {s.host_key[h]} but holds {s.host_data[h]!r}")
+    return out
+
+
+def LivePagesReadable(s: ProtocolState) -> Problems:  # noqa: N802
+    out: Problems = []
+    for g, owner in enumerate(s.gpu_owner):
+        if owner is not None and s.req[owner[0]] == "running" and s.loc[owner] != ("gpu", g):
+            out.append(f"GPU block {g} is leased to {owner}, whose entry is {s.loc[owner]}")
+    for p, where in s.loc.items():
+        if s.req[p[0]] != "running":
+            continue
+        key = s.key_of(p)
+        if where is None:
+            out.append(f"page {p} of a running request has no block")
+        elif where[0] == "gpu":
+            g = where[1]
+            if s.gpu_owner[g] != p or s.gpu_data[g] != key:
+                out.append(f"page {p} on GPU {g}: owner {s.gpu_owner[g]}, holds {s.gpu_data[g]!r}")
+        else:
+            h = where[1]
+            if s.host_state[h] == "free" or s.stream_host_data(h) != key:
+                out.append(
+                    f"page {p} on host {h}: {s.host_state[h]}, "
+                    f"holds {s.stream_host_data(h)!r}, expected {key!r}"
+                )
+    return out
+
+
+def HostPoolNotOvercommitted(s: ProtocolState) -> Problems:  # noqa: N802
+    used, cap = s.host_in_use(), s.config.host_capacity
+    return [f"{used} host blocks in use, capacity {cap}"] if used > cap else []
+
+
+# Order of the TLC configuration: the first failing one is reported.
+INVARIANTS: dict[str, Callable[[ProtocolState], Problems]] = {
+    "TypeOK": TypeOK,
+    "NoDoubleOwnership": NoDoubleOwnership,
+    "NoLeaseLeaked": NoLeaseLeaked,
+    "NoReuseBeforeEnqueued": NoReuseBeforeEnqueued,
+    "NoPublishBeforeComplete": NoPublishBeforeComplete,
+    "PublishedDataCorrect": PublishedDataCorrect,
+    "LivePagesReadable": LivePagesReadable,
+    "HostPoolNotOvercommitted": HostPoolNotOvercommitted,
+}
+
+
+def check_invariants(s: ProtocolState) -> None:
+    """Raise InvariantViolation naming the first invariant that fails."""
+    for name, inv in INVARIANTS.items():
+        problems = inv(s)
+        if problems:
+            raise InvariantViolation(name, "; ".join(problems))
+
+
+# -- liveness twins: evaluated at a drained state (no fair action enabled) --
+
+
+def TransfersComplete(s: ProtocolState) -> Problems:  # noqa: N802
+    return [f"transfer into host block {h} still open" for h, sp in enumerate(s.spill) if sp]
+
+
+def LeasesReleased(s: ProtocolState) -> Problems:  # noqa: N802
+    out = [f"GPU block {g} still pinned" for g, pin in enumerate(s.src_pin) if pin]
+    out += [f"host block {h} still leased" for h, st in enumerate(s.host_state) if st == "leased"]
+    return out
+
+
+def AbortedFreed(s: ProtocolState) -> Problems:  # noqa: N802
+    out: Problems = []
+    for r, st in s.req.items():
+        if st != "aborted":
+            continue
+        mine = set(s.pages_of(r))
+        out += [f"GPU block {g} still leased to {o}" for g, o in enumerate(s.gpu_owner) if o in mine]
+        out += [
+            f"host block {h} still open for {sp.page}"
+            for h, sp in enumerate(s.spill)
+            if sp is not None and sp.page in mine
+        ]
+    return out
+
+
+PROPERTIES: dict[str, Callable[[ProtocolState], Problems]] = {
+    "TransfersComplete": TransfersComplete,
+    "LeasesReleased": LeasesReleased,
+    "AbortedFreed": AbortedFreed,
+}

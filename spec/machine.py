@@ -1,0 +1,403 @@
+"""The actions of tla/HiSparse.tla as Python methods with the same names.
+
+Each action first checks the spec's enabling condition and every argument, and
+raises a typed error (``ActionNotEnabled``, ``UnknownTransfer``) before it
+touches anything; only then does it apply the spec's effect. So a refused
+action leaves the state exactly as it was. ``bug`` in the config switches on
+the same injected defects as the spec's ``Bug`` constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
+from hisparse.spec.invariants import check_invariants
+from hisparse.spec.lifecycle import HOST_PAGE, REQUEST, TRANSFER
+from hisparse.spec.observe import ACTION_WRITES, encode
+from hisparse.spec.state import (
+    GARBAGE,
+    HostBlock,
+    SENTINELS,
+    Key,
+    Meta,
+    Page,
+    ProtocolConfig,
+    ProtocolState,
+    RequestId,
+    Spill,
+    Transfer,
+)
+
+# (action, args, post) as recorded for trace validation
+StepRecord = tuple[str, dict[str, Any], dict[str, Any]]
+
+
+class ProtocolMachine:
+    """Drives one ProtocolState through the spec's actions.
+
+    ``check`` runs every invariant after every action (tests: always on);
+    ``record`` keeps (action, args, post-state of written variables) per step.
+    """
+
+    def __init__(
+        self, config: ProtocolConfig, *, check: bool = True, record: bool = False
+    ) -> None:
+        self.state = ProtocolState.initial(config)
+        self.check = check
+        self.steps: list[StepRecord] | None = [] if record else None
+        self.bug = config.bug
+        self.invariant_checks = 0
+
+    # -- constants --------------------------------------------------------
+
+    def add_request(self, r: RequestId, keys: Sequence[Key]) -> None:
+        """Declare a request and the keys of its pages (a constant of the spec)."""
+        if not r or r in SENTINELS:
+            raise ActionNotEnabled("add_request", f"request id {r!r} is empty or reserved")
+        if r in self.state.page_keys:
+            raise ActionNotEnabled("add_request", f"request {r!r} already declared")
+        if not keys:
+            raise ActionNotEnabled("add_request", f"request {r!r} has no pages")
+        bad = [k for k in keys if not k or k in SENTINELS]
+        if bad:
+            raise ActionNotEnabled("add_request", f"reserved or empty keys {bad!r}")
+        s = self.state
+        s.page_keys[r] = tuple(keys)
+        s.req[r] = "new"
+        for p in s.pages_of(r):
+            s.loc[p] = None
+        for k in keys:
+            s.prefix.setdefault(k, set())
+
+    # -- bookkeeping --------------------------------------------------------
+
+    def _done(self, action: str, args: dict[str, Any]) -> None:
+        if self.check:
+            check_invariants(self.state)
+            self.invariant_checks += 1
+        if self.steps is not None:
+            post = {v: encode(self.state, v) for v in ACTION_WRITES[action]}
+            self.steps.append((action, args, post))
+
+    def _request(self, action: str, r: RequestId) -> None:
+        if r not in self.state.req:
+            raise ActionNotEnabled(action, f"unknown request {r!r}")
+
+    def _host(self, action: str, h: int) -> None:
+        if not 0 <= h < self.state.config.host_blocks:
+            raise ActionNotEnabled(action, f"host block {h} out of range")
+
+    def _gpu(self, action: str, g: int) -> None:
+        if not 0 <= g < self.state.config.gpu_blocks:
+            raise ActionNotEnabled(action, f"GPU block {g} out of range")
+
+    def hit_len(self, r: RequestId) -> int:
+        """The spec's HitLen: the longest prefix of r's pages published on the host."""
+        n = 0
+        for k in self.state.page_keys[r]:
+            if not self.state.prefix[k]:
+                break
+            n += 1
+        return n
+
+    # -- scheduler actions ------------------------------------------------
+
+    def Arrive(  # noqa: N802 - the spec's action name
+        self,
+        r: RequestId,
+        blocks: Sequence[int] | None = None,
+        hosts: Sequence[int] | None = None,
+    ) -> None:
+        """Admit r: published host pages serve its prefix hit, free GPU blocks the rest.
+
+        ``blocks``/``hosts`` pick the GPU blocks and host hits; by default the
+        lowest-numbered candidates are taken.
+        """
+        s, a = self.state, "Arrive"
+        self._request(a, r)
+        if s.req[r] != "new":
+            raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, not new")
+        keys = s.page_keys[r]
+        m = self.hit_len(r)
+        if hosts is None:
+            hosts = [min(s.prefix[keys[i]]) for i in range(m)]
+        hosts = [HostBlock(x) for x in hosts]
+        if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
+            raise ActionNotEnabled(a, f"hosts {list(hosts)} are not published copies of the hit")
+        need = len(keys) - m
+        cand = [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is None]
+        if self.bug == "double_allocation":
+            cand += [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is not None]
+        if blocks is None:
+            if len(cand) < need:
+                raise ActionNotEnabled(a, f"needs {need} free GPU blocks, {len(cand)} free")
+            blocks = cand[:need]
+        for g in blocks:
+            self._gpu(a, g)
+        if len(blocks) != need or len(set(blocks)) != need or any(g not in cand for g in blocks):
+            raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
+        s.req[r] = REQUEST.next(s.req[r], "arrive")
+        for i in range(m):
+            s.loc[(r, i + 1)] = ("host", hosts[i])
+        for j, g in enumerate(blocks):
+            p = (r, m + j + 1)
+            s.loc[p] = ("gpu", g)
+            s.gpu_owner[g] = p
+            s.gpu_data[g] = keys[m + j]
+        self._done(a, {"request": r})
+
+    def StartSpill(self, p: Page, h: int) -> int:  # noqa: N802
+        """Pin source and destination leases and send a SparseKVPageTransfer; returns its ID."""
+        s, a = self.state, "StartSpill"
+        self._request(a, p[0])
+        self._host(a, h)
+        h = HostBlock(h)
+        if p not in s.loc:
+            raise ActionNotEnabled(a, f"unknown page {p!r}")
+        if s.req[p[0]] != "running":
+            raise ActionNotEnabled(a, f"request {p[0]!r} is {s.req[p[0]]}")
+        where = s.loc[p]
+        if where is None or where[0] != "gpu":
+            raise ActionNotEnabled(a, f"page {p!r} is not resident on the GPU")
+        if s.host_state[h] != "free":
+            raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}")
+        cap = (
+            s.config.host_capacity_rounded_up
+            if self.bug == "round_up_pool"
+            else s.config.host_capacity
+        )
+        if s.host_in_use() >= cap:
+            raise ActionNotEnabled(a, f"host pool full ({cap} blocks in use)")
+        g = where[1]
+        if s.src_pin[g]:
+            raise ActionNotEnabled(a, f"GPU block {g} is already pinned by a transfer")
+        tid = s.next_transfer_id
+        s.next_transfer_id += 1
+        s.transfer_dst[tid] = h
+        s.host_state[h] = HOST_PAGE.next(s.host_state[h], "lease")  # type: ignore[assignment]
+        s.host_key[h] = s.key_of(p)
+        s.spill[h] = Spill(g, p, "sent", tid)
+        s.down[tid] = Transfer(tid, g, h)
+        if self.bug == "release_source_at_send":
+            s.loc[p] = ("host", h)
+            s.gpu_owner[g] = None
+            s.gpu_data[g] = GARBAGE
+        else:
+            s.src_pin[g] = True
+        self._done(a, {"page": [p[0], p[1]], "host_block": h})
+        return tid
+
+    def ConsumeMeta(self) -> None:  # noqa: N802
+        """Consume the oldest worker meta: enqueued IDs first, then completed IDs."""
+        s, a = self.state, "ConsumeMeta"
+        if not s.up:
+            raise ActionNotEnabled(a, "no worker meta to consume")
+        meta = s.up[0]
+        enq = self._resolve_ids(meta.enqueued, "sent", set())
+        enq_set = set(enq)
+        if self.bug == "batched_done_before_enqueued":
+            done = [
+                h
+                for h in self._resolve_ids(meta.completed, None, enq_set)
+                if (sp := s.spill[h]) is not None and sp.phase == "enqueued"
+            ]
+        else:
+            done = self._resolve_ids(meta.completed, "enqueued", enq_set)
+        s.up.popleft()
+        for h in enq:
+            self._after_enqueued(h)
+        for h in done:
+            self._after_completed(h, published_early=self.bug == "publish_at_enqueued")
+        if self.bug == "publish_at_enqueued":
+            for h in enq:
+                if s.spill[h] is not None:
+                    self._publish(h)
+        self._done(a, {})
+
+    def _resolve_ids(
+        self, ids: Sequence[int], phase: str | None, enqueued_now: set[int]
+    ) -> list[int]:
+        """Map ack IDs to host blocks, refusing unknown, stale and out-of-order IDs."""
+        s = self.state
+        out: list[int] = []
+        for tid in ids:
+            h = s.transfer_dst.get(tid)
+            sp = s.spill[h] if h is not None else None
+            if h is None or sp is None or sp.transfer_id != tid:
+                raise UnknownTransfer(tid, "not an open transfer")
+            ok = phase is None or sp.phase == phase or (
+                phase == "enqueued" and h in enqueued_now
+            )
+            if not ok:
+                raise UnknownTransfer(tid, f"ack out of order: transfer is {sp.phase}")
+            out.append(h)
+        return out
+
+    def _after_enqueued(self, h: int) -> None:
+        s = self.state
+        sp = s.spill[h]
+        assert sp is not None
+        TRANSFER.next(sp.phase, "enqueued_ack")
+        g, p = sp.src, sp.page
+        if s.req[p[0]] == "running":
+            s.loc[p] = ("gpu", h) if self.bug == "host_id_as_gpu_index" else ("host", h)
+        s.gpu_owner[g] = None
+        s.gpu_data[g] = GARBAGE
+        if self.bug != "enqueued_ack_keeps_pin":
+            s.src_pin[g] = False
+        s.spill[h] = sp._replace(phase="enqueued")
+
+    def _after_completed(self, h: int, *, published_early: bool) -> None:
+        s = self.state
+        sp = s.spill[h]
+        assert sp is not None
+        TRANSFER.next(sp.phase, "completed_ack")
+        s.spill[h] = None
+        if s.req[sp.page[0]] != "aborted":
+            if not (published_early and s.host_state[h] == "valid"):
+                self._publish(h)
+        else:
+            s.host_state[h] = HOST_PAGE.next(s.host_state[h], "discard")  # type: ignore[assignment]
+            s.host_key[h] = None
+            s.host_data[h] = GARBAGE
+
+    def _publish(self, h: int) -> None:
+        s = self.state
+        s.host_state[h] = HOST_PAGE.next(s.host_state[h], "publish")  # type: ignore[assignment]
+        k = s.host_key[h]
+        assert k is not None
+        s.prefix[k].add(h)
+
+    def _end(self, r: RequestId, how: str) -> None:
+        s = self.state
+        s.req[r] = REQUEST.next(s.req[r], how)  # type: ignore[assignment]
+        mine = set(s.pages_of(r))
+        for p in mine:
+            s.loc[p] = None
+        if how == "abort" and self.bug == "abort_keeps_resident_blocks":
+            return
+        for g, owner in enumerate(s.gpu_owner):
+            if owner in mine and not s.src_pin[g]:
+                s.gpu_owner[g] = None
+                s.gpu_data[g] = GARBAGE
+
+    def Finish(self, r: RequestId) -> None:  # noqa: N802
+        """r finishes: drop its table entries, return unpinned GPU blocks to HMA."""
+        self._request("Finish", r)
+        if self.state.req[r] != "running":
+            raise ActionNotEnabled("Finish", f"request {r!r} is {self.state.req[r]}")
+        self._end(r, "finish")
+        self._done("Finish", {"request": r})
+
+    def Abort(self, r: RequestId) -> None:  # noqa: N802
+        """r is aborted at any moment; pinned blocks wait for their enqueued ack."""
+        s = self.state
+        self._request("Abort", r)
+        if not REQUEST.allows(s.req[r], "abort"):
+            raise ActionNotEnabled("Abort", f"request {r!r} is {s.req[r]}")
+        mine = set(s.pages_of(r))
+        self._end(r, "abort")
+        if self.bug == "abort_frees_inflight_host":
+            for h, sp in enumerate(s.spill):
+                if sp is not None and sp.page in mine:
+                    s.host_state[h] = "free"
+                    s.host_key[h] = None
+                    s.spill[h] = None
+        self._done("Abort", {"request": r})
+
+    def EvictHost(self, h: int) -> None:  # noqa: N802
+        """Drop a published host page that no block-table entry references."""
+        s, a = self.state, "EvictHost"
+        self._host(a, h)
+        if s.host_state[h] != "valid":
+            raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}, not valid")
+        if self.bug != "evict_referenced_host" and ("host", h) in s.loc.values():
+            raise ActionNotEnabled(a, f"host block {h} is still referenced")
+        k = s.host_key[h]
+        assert k is not None
+        s.host_state[h] = HOST_PAGE.next(s.host_state[h], "evict")  # type: ignore[assignment]
+        s.host_key[h] = None
+        if self.bug != "evict_keeps_index":
+            s.prefix[k].discard(h)
+        s.host_data[h] = GARBAGE
+        self._done(a, {"host_block": h})
+
+    # -- worker actions ---------------------------------------------------
+
+    def _take(self, action: str, transfer_id: int) -> Transfer:
+        t = self.state.down.get(transfer_id)
+        if t is None:
+            raise UnknownTransfer(transfer_id, f"{action}: no such command in flight")
+        return t
+
+    def WorkerEnqueue(self, transfer_id: int) -> None:  # noqa: N802
+        """Enqueue the copy; it carries the source bytes as of its stream position."""
+        s = self.state
+        t = self._take("WorkerEnqueue", transfer_id)
+        del s.down[transfer_id]
+        s.copying[t.dst] = s.gpu_data[t.src]
+        s.copying_tid[t.dst] = transfer_id
+        s.w_enq.append(transfer_id)
+        self._done("WorkerEnqueue", {"src": t.src, "dst": t.dst})
+
+    def WorkerDrop(self, transfer_id: int) -> None:  # noqa: N802
+        """Injected defect only: the worker loses a received command."""
+        if self.bug != "worker_drops_transfer":
+            raise ActionNotEnabled("WorkerDrop", "only exists with the worker_drops_transfer bug")
+        t = self._take("WorkerDrop", transfer_id)
+        del self.state.down[transfer_id]
+        self._done("WorkerDrop", {"src": t.src, "dst": t.dst})
+
+    def WorkerComplete(self, h: int) -> None:  # noqa: N802
+        """The copy into host block h reaches its event: the bytes land."""
+        s, a = self.state, "WorkerComplete"
+        self._host(a, h)
+        data = s.copying[h]
+        if data is None:
+            raise ActionNotEnabled(a, f"no copy in flight into host block {h}")
+        s.host_data[h] = data
+        s.copying[h] = None
+        s.w_done.append(s.copying_tid.pop(h))
+        self._done(a, {"host_block": h})
+
+    def WorkerReport(self) -> Meta:  # noqa: N802
+        """Report every pending ack in one meta (one meta in flight at a time)."""
+        s, a = self.state, "WorkerReport"
+        if s.up:
+            raise ActionNotEnabled(a, "a worker meta is still in flight")
+        if not s.w_enq and not s.w_done:
+            raise ActionNotEnabled(a, "nothing to report")
+        meta = Meta(tuple(s.w_enq), tuple(s.w_done))
+        s.up.append(meta)
+        s.w_enq.clear()
+        s.w_done.clear()
+        self._done(a, {})
+        return meta
+
+    # -- helpers for drivers ------------------------------------------------
+
+    def enabled(self) -> list[tuple[str, Callable[[], object]]]:
+        """The fair worker/consumer actions enabled now (used to drain in tests)."""
+        s = self.state
+        out: list[tuple[str, Callable[[], object]]] = []
+        for tid in list(s.down):
+            out.append(("WorkerEnqueue", lambda t=tid: self.WorkerEnqueue(t)))
+        for h, c in enumerate(s.copying):
+            if c is not None:
+                out.append(("WorkerComplete", lambda h=h: self.WorkerComplete(h)))
+        if not s.up and (s.w_enq or s.w_done):
+            out.append(("WorkerReport", self.WorkerReport))
+        if s.up:
+            out.append(("ConsumeMeta", self.ConsumeMeta))
+        return out
+
+    def drain(self) -> int:
+        """Run the fair actions until none is enabled; returns how many ran."""
+        n = 0
+        while todo := self.enabled():
+            todo[0][1]()
+            n += 1
+        return n
+

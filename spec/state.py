@@ -1,0 +1,185 @@
+"""The protocol state: exactly the variables of tla/HiSparse.tla, in Python.
+
+Names follow the TLA+ variables (``gpuOwner`` → ``gpu_owner``). Sentinels of the
+spec map to ``None`` (NoPage, NoLoc, NoKey, Idle, NoSpill). Blocks are integers
+``0 .. n-1``; pages are ``(request_id, i)`` with ``i`` 1-based as in the spec.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+RequestId = str
+Key = str
+Page = tuple[RequestId, int]
+Tier = Literal["gpu", "host"]
+Loc = tuple[Tier, int]
+ReqState = Literal["new", "running", "finished", "aborted"]
+HostState = Literal["free", "leased", "valid"]
+Phase = Literal["sent", "enqueued"]
+
+EMPTY = "empty"
+GARBAGE = "garbage"
+# Strings the spec uses as sentinels; no request ID or key may equal one.
+SENTINELS = frozenset({"nopage", "nowhere", "none", "nokey", "idle", EMPTY, GARBAGE})
+
+
+class HostBlock(int):
+    """A host block ID: a distinct type so it can never pass for a GPU pool index.
+
+    The seed's source group has ``block_pool_id=None``; code must narrow before
+    indexing a device pool. Here the narrowing is a type check (TypeOK).
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"HostBlock({int(self)})"
+
+
+class Spill(NamedTuple):
+    """The coordinator's record of an open transfer, keyed by its destination host block."""
+
+    src: int
+    page: Page
+    phase: Phase
+    transfer_id: int
+
+
+class Transfer(NamedTuple):
+    """A command in flight to the worker (a SparseKVPageTransfer, internal form)."""
+
+    transfer_id: int
+    src: int
+    dst: int
+
+
+class Meta(NamedTuple):
+    """A worker meta in flight to the scheduler (internal form of HiSparseWorkerMeta)."""
+
+    enqueued: tuple[int, ...]
+    completed: tuple[int, ...]
+
+
+class ProtocolConfig(BaseModel):
+    """The constants of the spec: pool sizes and the bug switch.
+
+    ``host_blocks`` is the universe of host block IDs; the pool's capacity is
+    ``host_pool_bytes // host_block_bytes`` (rounded down to whole blocks).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu_blocks: int = Field(ge=1)
+    host_pool_bytes: int = Field(ge=0)
+    host_block_bytes: int = Field(ge=1)
+    host_blocks: int = Field(default=0, ge=0, description="0 = the realized capacity")
+    bug: str = "none"
+
+    @model_validator(mode="after")
+    def _universe(self) -> ProtocolConfig:
+        if self.host_blocks == 0:
+            object.__setattr__(self, "host_blocks", self.host_capacity)
+        if self.host_blocks < 1:
+            raise ValueError(
+                "the host pool holds no whole block: raise host_pool_bytes to at least "
+                f"host_block_bytes ({self.host_block_bytes})"
+            )
+        return self
+
+    @property
+    def host_capacity(self) -> int:
+        """Realized host blocks: the budget rounded down to whole blocks."""
+        return self.host_pool_bytes // self.host_block_bytes
+
+    @property
+    def host_capacity_rounded_up(self) -> int:
+        """What a buggy sizing computes (only used by the ``round_up_pool`` bug)."""
+        return -(-self.host_pool_bytes // self.host_block_bytes)
+
+
+@dataclass
+class ProtocolState:
+    """All variables of the spec. Mutated only by ProtocolMachine actions."""
+
+    config: ProtocolConfig
+    page_keys: dict[RequestId, tuple[Key, ...]] = field(default_factory=dict)
+    # scheduler: requests and the block table
+    req: dict[RequestId, ReqState] = field(default_factory=dict)
+    loc: dict[Page, Loc | None] = field(default_factory=dict)
+    # scheduler: HMA's device pool and leases
+    gpu_owner: list[Page | None] = field(default_factory=list)
+    src_pin: list[bool] = field(default_factory=list)
+    # scheduler: the coordinator's host blocks
+    host_state: list[HostState] = field(default_factory=list)
+    host_key: list[Key | None] = field(default_factory=list)
+    prefix: dict[Key, set[int]] = field(default_factory=dict)
+    spill: list[Spill | None] = field(default_factory=list)
+    # channels
+    down: dict[int, Transfer] = field(default_factory=dict)
+    up: deque[Meta] = field(default_factory=deque)
+    # worker
+    copying: list[Key | None] = field(default_factory=list)
+    w_enq: list[int] = field(default_factory=list)
+    w_done: list[int] = field(default_factory=list)
+    # the bytes, abstractly
+    gpu_data: list[Key] = field(default_factory=list)
+    host_data: list[Key] = field(default_factory=list)
+    # auxiliary (not spec variables): transfer ID allocation and lookup
+    next_transfer_id: int = 0
+    transfer_dst: dict[int, int] = field(default_factory=dict)
+    copying_tid: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def initial(cls, config: ProtocolConfig) -> ProtocolState:
+        """The spec's Init."""
+        g, h = config.gpu_blocks, config.host_blocks
+        return cls(
+            config=config,
+            gpu_owner=[None] * g,
+            src_pin=[False] * g,
+            host_state=["free"] * h,
+            host_key=[None] * h,
+            spill=[None] * h,
+            copying=[None] * h,
+            gpu_data=[EMPTY] * g,
+            host_data=[EMPTY] * h,
+        )
+
+    def clone(self) -> ProtocolState:
+        """A deep copy (tests compare states before and after refused actions)."""
+        return copy.deepcopy(self)
+
+    def pages_of(self, r: RequestId) -> list[Page]:
+        return [(r, i) for i in range(1, len(self.page_keys[r]) + 1)]
+
+    def key_of(self, p: Page) -> Key:
+        return self.page_keys[p[0]][p[1] - 1]
+
+    def pages(self) -> list[Page]:
+        return [p for r in self.page_keys for p in self.pages_of(r)]
+
+    def host_in_use(self) -> int:
+        return sum(1 for s in self.host_state if s != "free")
+
+    def in_flight(self, h: int) -> bool:
+        """The spec's InFlight(h): some command, copy or ack still names host block h."""
+        dst = self.transfer_dst
+        return (
+            any(t.dst == h for t in self.down.values())
+            or self.copying[h] is not None
+            or any(dst.get(t) == h for t in self.w_enq)
+            or any(dst.get(t) == h for t in self.w_done)
+            or any(dst.get(t) == h for m in self.up for t in (*m.enqueued, *m.completed))
+            or self.spill[h] is not None
+        )
+
+    def stream_host_data(self, h: int) -> Key:
+        """The bytes a reader ordered after the worker stream sees on host block h."""
+        c = self.copying[h]
+        return c if c is not None else self.host_data[h]
