@@ -18,9 +18,10 @@ from hisparse.spec.lifecycle import HOST_PAGE, REQUEST, TRANSFER
 from hisparse.spec.observe import ACTION_WRITES, encode
 from hisparse.spec.state import (
     GARBAGE,
-    HostBlock,
     SENTINELS,
+    HostBlock,
     Key,
+    Loc,
     Meta,
     Page,
     ProtocolConfig,
@@ -81,6 +82,16 @@ class ProtocolMachine:
             post = {v: encode(self.state, v) for v in ACTION_WRITES[action]}
             self.steps.append((action, args, post))
 
+    def _set_loc(self, p: Page, where: Loc | None) -> None:
+        """Write a block-table entry, keeping the host reference counts in step."""
+        s = self.state
+        old = s.loc[p]
+        if old is not None and old[0] == "host":
+            s.host_refs[old[1]] -= 1
+        if where is not None and where[0] == "host":
+            s.host_refs[where[1]] = s.host_refs.get(where[1], 0) + 1
+        s.loc[p] = where
+
     def _request(self, action: str, r: RequestId) -> None:
         if r not in self.state.req:
             raise ActionNotEnabled(action, f"unknown request {r!r}")
@@ -140,10 +151,10 @@ class ProtocolMachine:
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
         s.req[r] = REQUEST.next(s.req[r], "arrive")
         for i in range(m):
-            s.loc[(r, i + 1)] = ("host", hosts[i])
+            self._set_loc((r, i + 1), ("host", hosts[i]))
         for j, g in enumerate(blocks):
             p = (r, m + j + 1)
-            s.loc[p] = ("gpu", g)
+            self._set_loc(p, ("gpu", g))
             s.gpu_owner[g] = p
             s.gpu_data[g] = keys[m + j]
         self._done(a, {"request": r})
@@ -181,7 +192,7 @@ class ProtocolMachine:
         s.spill[h] = Spill(g, p, "sent", tid)
         s.down[tid] = Transfer(tid, g, h)
         if self.bug == "release_source_at_send":
-            s.loc[p] = ("host", h)
+            self._set_loc(p, ("host", h))
             s.gpu_owner[g] = None
             s.gpu_data[g] = GARBAGE
         else:
@@ -242,7 +253,7 @@ class ProtocolMachine:
         TRANSFER.next(sp.phase, "enqueued_ack")
         g, p = sp.src, sp.page
         if s.req[p[0]] == "running":
-            s.loc[p] = ("gpu", h) if self.bug == "host_id_as_gpu_index" else ("host", h)
+            self._set_loc(p, ("gpu", h) if self.bug == "host_id_as_gpu_index" else ("host", h))
         s.gpu_owner[g] = None
         s.gpu_data[g] = GARBAGE
         if self.bug != "enqueued_ack_keeps_pin":
@@ -275,7 +286,7 @@ class ProtocolMachine:
         s.req[r] = REQUEST.next(s.req[r], how)  # type: ignore[assignment]
         mine = set(s.pages_of(r))
         for p in mine:
-            s.loc[p] = None
+            self._set_loc(p, None)
         if how == "abort" and self.bug == "abort_keeps_resident_blocks":
             return
         for g, owner in enumerate(s.gpu_owner):
@@ -313,7 +324,7 @@ class ProtocolMachine:
         self._host(a, h)
         if s.host_state[h] != "valid":
             raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}, not valid")
-        if self.bug != "evict_referenced_host" and ("host", h) in s.loc.values():
+        if self.bug != "evict_referenced_host" and s.host_refs.get(h):
             raise ActionNotEnabled(a, f"host block {h} is still referenced")
         k = s.host_key[h]
         assert k is not None

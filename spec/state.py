@@ -134,6 +134,7 @@ class ProtocolState:
     next_transfer_id: int = 0
     transfer_dst: dict[int, int] = field(default_factory=dict)
     copying_tid: dict[int, int] = field(default_factory=dict)
+    host_refs: dict[int, int] = field(default_factory=dict)  # block-table entries per host block
 
     @classmethod
     def initial(cls, config: ProtocolConfig) -> ProtocolState:

@@ -91,7 +91,7 @@ class TraceHeader(_Frozen):
                     raise ValueError(f"{name!r} is a sentinel of the spec, not a valid name")
         return self
 
-    def keys(self) -> list[str]:
+    def key_names(self) -> list[str]:
         """Every key, once, in first-seen order."""
         return list(dict.fromkeys(k for ks in self.requests.values() for k in ks))
 
@@ -275,7 +275,7 @@ def _dup(items: list[Any]) -> bool:
 
 def step_problem(h: TraceHeader, s: TraceStep) -> str | None:
     """Why step ``s`` names something outside ``h`` (or has a malformed domain), or None."""
-    pages, keys = set(h.pages()), set(h.keys())
+    pages, keys = set(h.pages()), set(h.key_names())
     data = keys | {"empty", "garbage"}
     gpu, host = range(h.gpu_blocks), range(h.host_blocks)
     a, p = s.args, s.post

@@ -1,4 +1,4 @@
--------------------------------- MODULE MC_deep--------------------------------
+-------------------------------- MODULE MC_deep --------------------------------
 (* Deep, by hand: the CI instance with multi-page requests (r3 shares a    *)
 (* one-page prefix with r1, r2 its first page), three keys. Safety only,   *)
 (* exhaustive under block symmetry.                                        *)

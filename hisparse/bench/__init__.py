@@ -1,0 +1,1 @@
+"""Benchmarks (``hisparse bench ...``): measured, never asserted by timed tests."""

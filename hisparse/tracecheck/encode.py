@@ -1,0 +1,177 @@
+"""Trace values as TLA+ expressions, in the shapes ``tla/HiSparse.tla`` builds them.
+
+Block IDs become strings (``"g0"``, ``"h1"``), never integers: the spec compares block
+values with string sentinels (``NoSpill.src = "none"``) and TLC refuses to compare a
+string with an integer. Every map becomes a function built with ``:>``/``@@`` so it
+equals the spec's ``[x \\in S |-> ...]`` values (TLC compares functions by domain and
+values). ``None`` entries become the spec's sentinels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from hisparse.spec.trace import (
+    HostBlockArgs,
+    Loc,
+    NoArgs,
+    Page,
+    RequestArgs,
+    SpillArgs,
+    TraceHeader,
+    TracePost,
+    TraceStep,
+    TransferArgs,
+    WorkerMeta,
+)
+
+
+def string(s: str) -> str:
+    """A TLA+ string; names are validated to need no escaping."""
+    return f'"{s}"'
+
+
+def gpu(g: int) -> str:
+    return string(f"g{g}")
+
+
+def host(h: int) -> str:
+    return string(f"h{h}")
+
+
+def tup(items: Iterable[str]) -> str:
+    return "<<" + ", ".join(items) + ">>"
+
+
+def tla_set(items: Iterable[str]) -> str:
+    return "{" + ", ".join(items) + "}"
+
+
+def record(fields: Sequence[tuple[str, str]]) -> str:
+    return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields) + "]"
+
+
+def function(pairs: Sequence[tuple[str, str]]) -> str:
+    """A function over exactly the given domain (empty domain: ``<<>>``)."""
+    if not pairs:
+        return "<<>>"
+    return "(" + " @@ ".join(f"({d} :> {v})" for d, v in pairs) + ")"
+
+
+def page(p: Page | None) -> str:
+    if p is None:
+        return "NoPage"
+    return tup([string(p[0]), str(p[1])])
+
+
+def loc(value: Loc | None) -> str:
+    if value is None:
+        return "NoLoc"
+    tier, block = value
+    return tup([string(tier), gpu(block) if tier == "gpu" else host(block)])
+
+
+def key(k: str | None) -> str:
+    return "NoKey" if k is None else string(k)
+
+
+def boolean(b: bool) -> str:
+    return "TRUE" if b else "FALSE"
+
+
+def hosts(hs: Iterable[int]) -> str:
+    return tla_set(host(h) for h in sorted(hs))
+
+
+def _meta(m: WorkerMeta) -> str:
+    return record([("enq", hosts(m.enq)), ("done", hosts(m.done))])
+
+
+def _by_gpu(values: Sequence[str]) -> str:
+    return function([(gpu(g), v) for g, v in enumerate(values)])
+
+
+def _by_host(values: Sequence[str]) -> str:
+    return function([(host(h), v) for h, v in enumerate(values)])
+
+
+def post_fields(p: TracePost) -> list[tuple[str, str]]:
+    """The reported variables of ``p`` as (TLA+ variable, TLA+ value) pairs."""
+    out: list[tuple[str, str]] = []
+    if p.req is not None:
+        out.append(("req", function([(string(r), string(s)) for r, s in p.req.items()])))
+    if p.loc is not None:
+        out.append(("loc", function([(page(pg), loc(lc)) for pg, lc in p.loc])))
+    if p.gpuOwner is not None:
+        out.append(("gpuOwner", _by_gpu([page(x) for x in p.gpuOwner])))
+    if p.srcPin is not None:
+        out.append(("srcPin", _by_gpu([boolean(x) for x in p.srcPin])))
+    if p.hostState is not None:
+        out.append(("hostState", _by_host([string(x) for x in p.hostState])))
+    if p.hostKey is not None:
+        out.append(("hostKey", _by_host([key(x) for x in p.hostKey])))
+    if p.prefix is not None:
+        out.append(("prefix", function([(string(k), hosts(hs)) for k, hs in p.prefix.items()])))
+    if p.spill is not None:
+        spills = [
+            "NoSpill"
+            if s is None
+            else record([("src", gpu(s.src)), ("page", page(s.page)), ("phase", string(s.phase))])
+            for s in p.spill
+        ]
+        out.append(("spill", _by_host(spills)))
+    if p.down is not None:
+        down = sorted((t.src, t.dst) for t in p.down)
+        out.append(("down", tla_set(record([("src", gpu(s)), ("dst", host(d))]) for s, d in down)))
+    if p.up is not None:
+        out.append(("up", tup(_meta(m) for m in p.up)))
+    if p.copying is not None:
+        out.append(("copying", _by_host(["Idle" if x is None else string(x) for x in p.copying])))
+    if p.wEnq is not None:
+        out.append(("wEnq", hosts(p.wEnq)))
+    if p.wDone is not None:
+        out.append(("wDone", hosts(p.wDone)))
+    if p.gpuData is not None:
+        out.append(("gpuData", _by_gpu([string(x) for x in p.gpuData])))
+    if p.hostData is not None:
+        out.append(("hostData", _by_host([string(x) for x in p.hostData])))
+    return out
+
+
+def args(step: TraceStep) -> str:
+    """The step's arguments as a record (``<<>>`` when it takes none)."""
+    a = step.args
+    if isinstance(a, RequestArgs):
+        return record([("request", string(a.request))])
+    if isinstance(a, SpillArgs):
+        return record([("page", page(a.page)), ("host_block", host(a.host_block))])
+    if isinstance(a, HostBlockArgs):
+        return record([("host_block", host(a.host_block))])
+    if isinstance(a, TransferArgs):
+        return record([("src", gpu(a.src)), ("dst", host(a.dst))])
+    assert isinstance(a, NoArgs)
+    return "<<>>"
+
+
+def step(s: TraceStep) -> str:
+    """One step as ``[action |-> ..., args |-> ..., post |-> [var |-> value, ...]]``."""
+    return record(
+        [("action", string(s.action)), ("args", args(s)), ("post", record(post_fields(s.post)))]
+    )
+
+
+def constants(h: TraceHeader) -> list[tuple[str, str]]:
+    """Definitions ``Tr<Constant>`` that the cfg binds to the spec's constants."""
+    return [
+        ("TrRequests", tla_set(string(r) for r in h.requests)),
+        ("TrGpuBlocks", tla_set(gpu(g) for g in range(h.gpu_blocks))),
+        ("TrHostBlocks", tla_set(host(x) for x in range(h.host_blocks))),
+        ("TrKeys", tla_set(string(k) for k in h.key_names())),
+        (
+            "TrPageKeys",
+            function([(string(r), tup(string(k) for k in ks)) for r, ks in h.requests.items()]),
+        ),
+        ("TrHostPoolBytes", str(h.host_pool_bytes)),
+        ("TrHostBlockBytes", str(h.host_block_bytes)),
+        ("TrBug", string(h.bug)),
+    ]

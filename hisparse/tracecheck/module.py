@@ -1,0 +1,116 @@
+"""Generate the TLA+ module and cfg that replay a group of traces through the spec.
+
+All traces of one group share their constants, so one TLC run checks them all: the
+initial state picks a trace (``tr``), each step applies the trace's action and must
+land exactly on its recorded post-state, and a finished trace stutters. A step that
+cannot be taken leaves a state with no successor, which TLC reports as a deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hisparse.spec.trace import POST_FIELDS, Trace
+from hisparse.tracecheck import encode
+
+MODULE = "HiSparseTrace"
+# Checked after the spec's invariants, they turn TLC's bare deadlock into a reason: the
+# step's action is not enabled, or no successor has this one reported variable's value.
+ENABLED_INVARIANT = "TraceActionEnabled"
+MATCH_PREFIX = "TraceMatches_"
+
+_STEP_ACTION = """\
+StepAction(e) ==
+    CASE e.action = "Arrive" -> Arrive(e.args.request)
+      [] e.action = "Finish" -> Finish(e.args.request)
+      [] e.action = "Abort" -> Abort(e.args.request)
+      [] e.action = "StartSpill" -> StartSpill(e.args.page, e.args.host_block)
+      [] e.action = "EvictHost" -> EvictHost(e.args.host_block)
+      [] e.action = "ConsumeMeta" -> ConsumeMeta
+      [] e.action = "WorkerEnqueue" -> WorkerEnqueue([src |-> e.args.src, dst |-> e.args.dst])
+      [] e.action = "WorkerDrop" -> WorkerDrop([src |-> e.args.src, dst |-> e.args.dst])
+      [] e.action = "WorkerComplete" -> WorkerComplete(e.args.host_block)
+      [] e.action = "WorkerReport" -> WorkerReport
+"""
+
+_REPLAY = """\
+TrStep == Traces[tr][cursor]
+
+TraceInit == Init /\\ tr \\in 1..Len(Traces) /\\ cursor = 1
+
+TraceNext ==
+    \\/ /\\ cursor <= Len(Traces[tr])
+       /\\ StepAction(TrStep)
+       /\\ MatchPost(TrStep)
+       /\\ cursor' = cursor + 1
+       /\\ UNCHANGED tr
+    \\/ /\\ cursor > Len(Traces[tr])
+       /\\ UNCHANGED <<vars, tr, cursor>>
+
+TraceActionEnabled == cursor <= Len(Traces[tr]) => ENABLED StepAction(TrStep)
+"""
+
+
+def match_post() -> str:
+    """``MatchPost(e)``: every variable the step reports has exactly that value next."""
+    lines = [f'    /\\ ("{v}" \\in DOMAIN e.post => {v}\' = e.post.{v})' for v in POST_FIELDS]
+    return "MatchPost(e) ==\n" + "\n".join(lines) + "\n"
+
+
+def match_invariants() -> str:
+    """One ``TraceMatches_<var>`` per variable: some successor agrees on that variable."""
+    return "".join(
+        f"{MATCH_PREFIX}{v} ==\n"
+        f'    cursor <= Len(Traces[tr]) /\\ "{v}" \\in DOMAIN TrStep.post\n'
+        f"        => ENABLED (StepAction(TrStep) /\\ {v}' = TrStep.post.{v})\n"
+        for v in POST_FIELDS
+    )
+
+
+def diagnostic_invariants() -> list[str]:
+    """The generated invariants, in the order TLC should check them."""
+    return [ENABLED_INVARIANT, *(f"{MATCH_PREFIX}{v}" for v in POST_FIELDS)]
+
+
+def module_text(traces: Sequence[Trace]) -> str:
+    """The module replaying ``traces``; they must share one header's constants."""
+    header = traces[0].header
+    defs = [f"{name} == {value}" for name, value in encode.constants(header)]
+    seqs = [encode.tup(encode.step(s) for s in t.steps) for t in traces]
+    body = "Traces == <<\n    " + ",\n    ".join(seqs) + "\n>>\n"
+    return "\n".join(
+        [
+            f"---- MODULE {MODULE} ----",
+            "EXTENDS HiSparse, TLC",
+            "VARIABLES tr, cursor",
+            *defs,
+            body,
+            _STEP_ACTION,
+            match_post(),
+            _REPLAY,
+            match_invariants(),
+            "====",
+            "",
+        ]
+    )
+
+
+def cfg_text(invariants: Sequence[str]) -> str:
+    """Bind the spec's constants to the module's definitions; deadlock checking stays on."""
+    bindings = [
+        ("Requests", "TrRequests"),
+        ("GpuBlocks", "TrGpuBlocks"),
+        ("HostBlocks", "TrHostBlocks"),
+        ("Keys", "TrKeys"),
+        ("PageKeys", "TrPageKeys"),
+        ("HostPoolBytes", "TrHostPoolBytes"),
+        ("HostBlockBytes", "TrHostBlockBytes"),
+        ("Bug", "TrBug"),
+    ]
+    names = [*invariants, *diagnostic_invariants()]
+    return (
+        "CONSTANTS\n"
+        + "".join(f"    {c} <- {d}\n" for c, d in bindings)
+        + "INIT TraceInit\nNEXT TraceNext\nINVARIANTS\n"
+        + "".join(f"    {n}\n" for n in names)
+    )

@@ -1,0 +1,86 @@
+"""Wire messages: JSON round trips through the per-direction adapters; bad input is refused."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given
+from pydantic import ValidationError
+
+from hisparse.spec.messages import (
+    CONNECTOR_METADATA,
+    WORKER_META,
+    BlockTableReplacement,
+    HiSparseConnectorMetadata,
+    HiSparseWorkerMeta,
+    SparseKVPageTransfer,
+)
+
+ids = st.integers(0, 2**31)
+transfers = st.lists(
+    st.builds(SparseKVPageTransfer, transfer_id=ids, src_gpu_block=ids, dst_host_block=ids),
+    unique_by=(lambda t: t.transfer_id, lambda t: t.dst_host_block),
+    max_size=8,
+)
+replacements = st.lists(
+    st.builds(
+        BlockTableReplacement,
+        request_id=st.text(min_size=1, max_size=8),
+        page_index=st.integers(1, 10**6),
+        host_block=ids,
+    ),
+    max_size=8,
+)
+
+
+@given(transfers, replacements)
+def test_connector_metadata_round_trip(ts: list[SparseKVPageTransfer], rs: list[BlockTableReplacement]) -> None:
+    meta = HiSparseConnectorMetadata(transfers=tuple(ts), replacements=tuple(rs))
+    assert CONNECTOR_METADATA.validate_json(CONNECTOR_METADATA.dump_json(meta)) == meta
+
+
+@given(st.lists(ids, unique=True, max_size=8), st.lists(ids, unique=True, max_size=8))
+def test_worker_meta_round_trip(enq: list[int], done: list[int]) -> None:
+    meta = HiSparseWorkerMeta(enqueued=tuple(enq), completed=tuple(done))
+    assert WORKER_META.validate_json(WORKER_META.dump_json(meta)) == meta
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"enqueued": [1, 1]}',
+        b'{"enqueued": [-1]}',
+        b'{"enqueued": ["1"]}',
+        b'{"completed": [1], "extra": 2}',
+        b'{"enqueued": 3}',
+        b"not json",
+    ],
+)
+def test_bad_worker_meta_is_refused(raw: bytes) -> None:
+    with pytest.raises(ValidationError):
+        WORKER_META.validate_json(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"transfers": [{"transfer_id": 1, "src_gpu_block": 0, "dst_host_block": 0},'
+        b' {"transfer_id": 1, "src_gpu_block": 1, "dst_host_block": 1}]}',
+        b'{"transfers": [{"transfer_id": 1, "src_gpu_block": 0, "dst_host_block": 0},'
+        b' {"transfer_id": 2, "src_gpu_block": 1, "dst_host_block": 0}]}',
+        b'{"transfers": [{"transfer_id": 1, "src_gpu_block": -1, "dst_host_block": 0}]}',
+        b'{"transfers": [{"transfer_id": 1, "src_gpu_block": 0}]}',
+        b'{"transfers": [{"transfer_id": 1, "src_gpu_block": 0, "dst_host_block": 0, "request_id": "r"}]}',
+        b'{"replacements": [{"request_id": "", "page_index": 1, "host_block": 0}]}',
+        b'{"replacements": [{"request_id": "r", "page_index": 0, "host_block": 0}]}',
+    ],
+)
+def test_bad_connector_metadata_is_refused(raw: bytes) -> None:
+    with pytest.raises(ValidationError):
+        CONNECTOR_METADATA.validate_json(raw)
+
+
+def test_messages_are_frozen() -> None:
+    t = SparseKVPageTransfer(transfer_id=1, src_gpu_block=2, dst_host_block=3)
+    with pytest.raises(ValidationError):
+        t.transfer_id = 4  # type: ignore[misc]

@@ -1,0 +1,156 @@
+"""Hypothesis drives ProtocolMachine through random legal and illegal sequences.
+
+Every rule tries an action with arguments drawn from the whole universe, so many
+attempts are illegal: those must raise a typed error and change nothing. All
+invariants are checked after every step (the machine checks inside each action,
+and the @invariant re-checks independently). At teardown the fair actions are
+drained and the liveness twins must hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
+from hisparse.spec.invariants import INVARIANTS, PROPERTIES
+from hisparse.spec.state import Meta
+from tests.protocol_helpers import UNIVERSE, make_machine
+
+REQUESTS = sorted(UNIVERSE)
+PAGES = [(r, i) for r in REQUESTS for i in range(1, len(UNIVERSE[r]) + 1)]
+GPU, HOST = 3, 4
+
+
+class ProtocolStateful(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = make_machine(gpu_blocks=GPU, host_pool_bytes=2 * HOST + 1)
+        self.accepted = 0
+        self.refused = 0
+
+    def attempt(self, action: str, *args: Any) -> None:
+        before = self.m.state.clone()
+        try:
+            getattr(self.m, action)(*args)
+        except (ActionNotEnabled, UnknownTransfer):
+            self.refused += 1
+            assert self.m.state == before, f"refused {action}{args} changed the state"
+        else:
+            self.accepted += 1
+
+    def legal_moves(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """The enabled actions, stated independently of the machine (a test oracle)."""
+        s = self.m.state
+        moves: list[tuple[str, tuple[Any, ...]]] = []
+        for r in REQUESTS:
+            if s.req[r] == "new":
+                need = len(UNIVERSE[r]) - self.m.hit_len(r)
+                if sum(o is None for o in s.gpu_owner) >= need:
+                    moves.append(("Arrive", (r,)))
+                moves.append(("Abort", (r,)))
+            if s.req[r] == "running":
+                moves += [("Finish", (r,)), ("Abort", (r,))]
+        free = [h for h in range(HOST) if s.host_state[h] == "free"]
+        if free and s.host_in_use() < s.config.host_capacity:
+            for p, where in s.loc.items():
+                if s.req[p[0]] == "running" and where and where[0] == "gpu":
+                    if not s.src_pin[where[1]]:
+                        moves += [("StartSpill", (p, h)) for h in free]
+        referenced = {w for w in s.loc.values() if w is not None}
+        for h in range(HOST):
+            if s.host_state[h] == "valid" and ("host", h) not in referenced:
+                moves.append(("EvictHost", (h,)))
+            if s.copying[h] is not None:
+                moves.append(("WorkerComplete", (h,)))
+        moves += [("WorkerEnqueue", (tid,)) for tid in s.down]
+        if not s.up and (s.w_enq or s.w_done):
+            moves.append(("WorkerReport", ()))
+        if s.up:
+            moves.append(("ConsumeMeta", ()))
+        return moves
+
+    @rule(data=st.data())
+    def legal(self, data: st.DataObject) -> None:
+        moves = self.legal_moves()
+        if not moves:
+            return
+        action, args = data.draw(st.sampled_from(moves))
+        getattr(self.m, action)(*args)  # an enabled action must be accepted
+        self.accepted += 1
+
+    @rule(
+        action=st.sampled_from(
+            ["Arrive", "Finish", "Abort", "StartSpill", "EvictHost", "WorkerEnqueue",
+             "WorkerComplete", "WorkerReport", "ConsumeMeta"]
+        ),
+        r=st.sampled_from(REQUESTS),
+        p=st.sampled_from(PAGES),
+        n=st.integers(-1, HOST + 1),
+    )
+    def anything(self, action: str, r: str, p: tuple[str, int], n: int) -> None:
+        """Any action with arbitrary arguments: accepted, or refused with no change."""
+        args: dict[str, tuple[Any, ...]] = {
+            "Arrive": (r,), "Finish": (r,), "Abort": (r,), "StartSpill": (p, n),
+            "EvictHost": (n,), "WorkerEnqueue": (n,), "WorkerComplete": (n,),
+            "WorkerReport": (), "ConsumeMeta": (),
+        }
+        self.attempt(action, *args[action])
+
+    @rule(tid=st.integers(0, 40), completed=st.booleans())
+    def forged_ack(self, tid: int, completed: bool) -> None:
+        """A duplicated, stale or unknown ack: refused unless it names an open transfer
+        in the right phase, which the forging below rules out."""
+        s = self.m.state
+        h = s.transfer_dst.get(tid)
+        open_ = h is not None and (sp := s.spill[h]) is not None and sp.transfer_id == tid
+        if open_ or s.up:
+            return
+        s.up.append(Meta((), (tid,)) if completed else Meta((tid,), ()))
+        before = s.clone()
+        try:
+            self.m.ConsumeMeta()
+        except UnknownTransfer:
+            assert s == before
+        else:
+            raise AssertionError(f"forged ack for transfer {tid} was accepted")
+        s.up.clear()
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        for name, check in INVARIANTS.items():
+            assert check(self.m.state) == [], name
+
+    def teardown(self) -> None:
+        self.m.drain()
+        for name, check in PROPERTIES.items():
+            assert check(self.m.state) == [], name
+
+
+ProtocolStateful.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=60, deadline=None
+)
+TestProtocolStateful = ProtocolStateful.TestCase
+
+
+def test_refusals_are_typed() -> None:
+    m = make_machine()
+    for call in (
+        lambda: m.Finish("r0"),
+        lambda: m.Arrive("nope"),
+        lambda: m.StartSpill(("r0", 1), 0),
+        lambda: m.WorkerEnqueue(3),
+        lambda: m.WorkerComplete(99),
+        lambda: m.ConsumeMeta(),
+        lambda: m.EvictHost(0),
+    ):
+        before = m.state.clone()
+        try:
+            call()
+        except ProtocolError:
+            assert m.state == before
+        else:
+            raise AssertionError("an illegal action was accepted")
