@@ -13,7 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hisparse import docs
 from hisparse.bugs import BUGS
+from hisparse.spec.trace import TraceFormatError
 from hisparse.tlc import (
     MODELS,
     CheckReport,
@@ -23,6 +25,7 @@ from hisparse.tlc import (
     probe_version,
 )
 from hisparse.tlc.acquire import ARTIFACT
+from hisparse.tracecheck import TraceCheckResult, check_traces
 
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
 _EXIT_FOR = {"ok": EXIT_OK, "violation": EXIT_VIOLATION, "error": EXIT_ERROR}
@@ -63,8 +66,13 @@ def _register_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--workers", default="auto", help="TLC worker threads (default: auto)")
     p.add_argument("--verbose", "-v", action="store_true", help="stream TLC output to stderr")
     p.add_argument("--keep", action="store_true", help="keep the scratch dir even on success")
-    # Trace validation (`--trace FILE`) will be added here: it checks a recorded executor
-    # trace against the spec rather than exploring the model.
+    p.add_argument(
+        "--trace",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="validate JSON Lines traces against the spec instead of exploring a model",
+    )
 
 
 def _print_report(r: CheckReport) -> None:
@@ -96,7 +104,49 @@ def _print_report(r: CheckReport) -> None:
         print(f"logs: {r.workdir}")
 
 
+def _write_json(path: Path | None, doc: dict[str, object]) -> None:
+    if path is not None:
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _print_trace_result(r: TraceCheckResult) -> None:
+    """``accepted``, or one line per file that was not accepted (stdout); figures on stderr."""
+    if r.accepted:
+        print("accepted")
+    for f in r.files:
+        if f.verdict != "accepted":
+            print(f.line())
+            if f.reason:
+                print(f"  reason: {f.reason}")
+    print(
+        f"{len(r.files)} trace(s), {r.steps} steps, longest {r.longest}; "
+        f"{r.tlc_runs} TLC run(s), {r.tlc_seconds:.1f} s",
+        file=sys.stderr,
+    )
+    if r.workdir:
+        print(f"logs: {r.workdir}", file=sys.stderr)
+
+
+def _cmd_check_traces(args: argparse.Namespace) -> int:
+    if args.inject or args.list_bugs:
+        print(
+            "hisparse: error: --trace cannot be combined with --inject/--list-bugs", file=sys.stderr
+        )
+        return EXIT_ERROR
+    try:
+        result = check_traces(args.trace, keep=args.keep)
+    except (TlcError, TraceFormatError) as exc:
+        _write_json(args.json, {"result": "error", "reason": str(exc)})
+        print(f"hisparse: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    _print_trace_result(result)
+    _write_json(args.json, result.to_json())
+    return EXIT_OK if result.accepted else EXIT_VIOLATION
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
+    if args.trace:
+        return _cmd_check_traces(args)
     if args.list_bugs:
         width = max(len(b.name) for b in BUGS)
         cwidth = max(len(b.catches) for b in BUGS)
@@ -124,9 +174,29 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return _EXIT_FOR[report.result]
 
 
+# --- docs --------------------------------------------------------------------------------
+
+
+def _register_docs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("docs", help="regenerate docs/ files derived from the code")
+    p.add_argument("--check", action="store_true", help="only report stale files (exit 1)")
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    if args.check:
+        stale = docs.stale()
+        for rel in stale:
+            print(f"stale: {rel}")
+        return EXIT_VIOLATION if stale else EXIT_OK
+    for rel in docs.write():
+        print(f"wrote {rel}")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, tuple[Callable[..., None], Handler]] = {
     "setup": (_register_setup, _cmd_setup),
     "check": (_register_check, _cmd_check),
+    "docs": (_register_docs, _cmd_docs),
 }
 
 

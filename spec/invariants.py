@@ -16,7 +16,7 @@ from hisparse.spec.state import EMPTY, GARBAGE, HostBlock, ProtocolState
 Problems = list[str]
 
 
-def TypeOK(s: ProtocolState) -> Problems:  # noqa: N802 - the spec's name
+def TypeOK(s: ProtocolState) -> Problems:
     out: Problems = []
     g_n, h_n = s.config.gpu_blocks, s.config.host_blocks
     data = {EMPTY, GARBAGE} | {k for ks in s.page_keys.values() for k in ks}
@@ -55,7 +55,7 @@ def TypeOK(s: ProtocolState) -> Problems:  # noqa: N802 - the spec's name
     return out
 
 
-def NoDoubleOwnership(s: ProtocolState) -> Problems:  # noqa: N802
+def NoDoubleOwnership(s: ProtocolState) -> Problems:
     out: Problems = []
     seen: dict[tuple[str, int], object] = {}
     for p, where in s.loc.items():
@@ -69,7 +69,7 @@ def NoDoubleOwnership(s: ProtocolState) -> Problems:  # noqa: N802
     return out
 
 
-def NoLeaseLeaked(s: ProtocolState) -> Problems:  # noqa: N802
+def NoLeaseLeaked(s: ProtocolState) -> Problems:
     out: Problems = []
     for g, pinned in enumerate(s.src_pin):
         if pinned and not any(
@@ -82,7 +82,7 @@ def NoLeaseLeaked(s: ProtocolState) -> Problems:  # noqa: N802
     return out
 
 
-def NoReuseBeforeEnqueued(s: ProtocolState) -> Problems:  # noqa: N802
+def NoReuseBeforeEnqueued(s: ProtocolState) -> Problems:
     out: Problems = []
     for h, sp in enumerate(s.spill):
         if sp is None or sp.phase != "sent":
@@ -97,7 +97,7 @@ def NoReuseBeforeEnqueued(s: ProtocolState) -> Problems:  # noqa: N802
     return out
 
 
-def NoPublishBeforeComplete(s: ProtocolState) -> Problems:  # noqa: N802
+def NoPublishBeforeComplete(s: ProtocolState) -> Problems:
     return [
         f"host block {h} is valid while its transfer is still in flight"
         for h, st in enumerate(s.host_state)
@@ -105,7 +105,7 @@ def NoPublishBeforeComplete(s: ProtocolState) -> Problems:  # noqa: N802
     ]
 
 
-def PublishedDataCorrect(s: ProtocolState) -> Problems:  # noqa: N802
+def PublishedDataCorrect(s: ProtocolState) -> Problems:
     out: Problems = []
     for k, hs in s.prefix.items():
         for h in sorted(hs):
@@ -120,7 +120,7 @@ def PublishedDataCorrect(s: ProtocolState) -> Problems:  # noqa: N802
     return out
 
 
-def LivePagesReadable(s: ProtocolState) -> Problems:  # noqa: N802
+def LivePagesReadable(s: ProtocolState) -> Problems:
     out: Problems = []
     for g, owner in enumerate(s.gpu_owner):
         if owner is not None and s.req[owner[0]] == "running" and s.loc[owner] != ("gpu", g):
@@ -145,7 +145,7 @@ def LivePagesReadable(s: ProtocolState) -> Problems:  # noqa: N802
     return out
 
 
-def HostPoolNotOvercommitted(s: ProtocolState) -> Problems:  # noqa: N802
+def HostPoolNotOvercommitted(s: ProtocolState) -> Problems:
     used, cap = s.host_in_use(), s.config.host_capacity
     return [f"{used} host blocks in use, capacity {cap}"] if used > cap else []
 
@@ -174,23 +174,25 @@ def check_invariants(s: ProtocolState) -> None:
 # -- liveness twins: evaluated at a drained state (no fair action enabled) --
 
 
-def TransfersComplete(s: ProtocolState) -> Problems:  # noqa: N802
+def TransfersComplete(s: ProtocolState) -> Problems:
     return [f"transfer into host block {h} still open" for h, sp in enumerate(s.spill) if sp]
 
 
-def LeasesReleased(s: ProtocolState) -> Problems:  # noqa: N802
+def LeasesReleased(s: ProtocolState) -> Problems:
     out = [f"GPU block {g} still pinned" for g, pin in enumerate(s.src_pin) if pin]
     out += [f"host block {h} still leased" for h, st in enumerate(s.host_state) if st == "leased"]
     return out
 
 
-def AbortedFreed(s: ProtocolState) -> Problems:  # noqa: N802
+def AbortedFreed(s: ProtocolState) -> Problems:
     out: Problems = []
     for r, st in s.req.items():
         if st != "aborted":
             continue
         mine = set(s.pages_of(r))
-        out += [f"GPU block {g} still leased to {o}" for g, o in enumerate(s.gpu_owner) if o in mine]
+        out += [
+            f"GPU block {g} still leased to {o}" for g, o in enumerate(s.gpu_owner) if o in mine
+        ]
         out += [
             f"host block {h} still open for {sp.page}"
             for h, sp in enumerate(s.spill)

@@ -10,7 +10,8 @@ the same injected defects as the spec's ``Bug`` constant.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.invariants import check_invariants
@@ -20,12 +21,14 @@ from hisparse.spec.state import (
     GARBAGE,
     SENTINELS,
     HostBlock,
+    HostState,
     Key,
     Loc,
     Meta,
     Page,
     ProtocolConfig,
     ProtocolState,
+    ReqState,
     RequestId,
     Spill,
     Transfer,
@@ -75,12 +78,13 @@ class ProtocolMachine:
     # -- bookkeeping --------------------------------------------------------
 
     def _done(self, action: str, args: dict[str, Any]) -> None:
-        if self.check:
-            check_invariants(self.state)
-            self.invariant_checks += 1
+        # record first: a trace that ends in a violation shows the violating step
         if self.steps is not None:
             post = {v: encode(self.state, v) for v in ACTION_WRITES[action]}
             self.steps.append((action, args, post))
+        if self.check:
+            self.invariant_checks += 1
+            check_invariants(self.state)
 
     def _set_loc(self, p: Page, where: Loc | None) -> None:
         """Write a block-table entry, keeping the host reference counts in step."""
@@ -115,7 +119,7 @@ class ProtocolMachine:
 
     # -- scheduler actions ------------------------------------------------
 
-    def Arrive(  # noqa: N802 - the spec's action name
+    def Arrive(
         self,
         r: RequestId,
         blocks: Sequence[int] | None = None,
@@ -149,7 +153,7 @@ class ProtocolMachine:
             self._gpu(a, g)
         if len(blocks) != need or len(set(blocks)) != need or any(g not in cand for g in blocks):
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
-        s.req[r] = REQUEST.next(s.req[r], "arrive")
+        s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "arrive"))
         for i in range(m):
             self._set_loc((r, i + 1), ("host", hosts[i]))
         for j, g in enumerate(blocks):
@@ -159,7 +163,7 @@ class ProtocolMachine:
             s.gpu_data[g] = keys[m + j]
         self._done(a, {"request": r})
 
-    def StartSpill(self, p: Page, h: int) -> int:  # noqa: N802
+    def StartSpill(self, p: Page, h: int) -> int:
         """Pin source and destination leases and send a SparseKVPageTransfer; returns its ID."""
         s, a = self.state, "StartSpill"
         self._request(a, p[0])
@@ -187,7 +191,7 @@ class ProtocolMachine:
         tid = s.next_transfer_id
         s.next_transfer_id += 1
         s.transfer_dst[tid] = h
-        s.host_state[h] = HOST_PAGE.next(s.host_state[h], "lease")  # type: ignore[assignment]
+        s.host_state[h] = cast(HostState, HOST_PAGE.next(s.host_state[h], "lease"))
         s.host_key[h] = s.key_of(p)
         s.spill[h] = Spill(g, p, "sent", tid)
         s.down[tid] = Transfer(tid, g, h)
@@ -200,7 +204,7 @@ class ProtocolMachine:
         self._done(a, {"page": [p[0], p[1]], "host_block": h})
         return tid
 
-    def ConsumeMeta(self) -> None:  # noqa: N802
+    def ConsumeMeta(self) -> None:
         """Consume the oldest worker meta: enqueued IDs first, then completed IDs."""
         s, a = self.state, "ConsumeMeta"
         if not s.up:
@@ -270,20 +274,20 @@ class ProtocolMachine:
             if not (published_early and s.host_state[h] == "valid"):
                 self._publish(h)
         else:
-            s.host_state[h] = HOST_PAGE.next(s.host_state[h], "discard")  # type: ignore[assignment]
+            s.host_state[h] = cast(HostState, HOST_PAGE.next(s.host_state[h], "discard"))
             s.host_key[h] = None
             s.host_data[h] = GARBAGE
 
     def _publish(self, h: int) -> None:
         s = self.state
-        s.host_state[h] = HOST_PAGE.next(s.host_state[h], "publish")  # type: ignore[assignment]
+        s.host_state[h] = cast(HostState, HOST_PAGE.next(s.host_state[h], "publish"))
         k = s.host_key[h]
         assert k is not None
         s.prefix[k].add(h)
 
     def _end(self, r: RequestId, how: str) -> None:
         s = self.state
-        s.req[r] = REQUEST.next(s.req[r], how)  # type: ignore[assignment]
+        s.req[r] = cast(ReqState, REQUEST.next(s.req[r], how))
         mine = set(s.pages_of(r))
         for p in mine:
             self._set_loc(p, None)
@@ -294,7 +298,7 @@ class ProtocolMachine:
                 s.gpu_owner[g] = None
                 s.gpu_data[g] = GARBAGE
 
-    def Finish(self, r: RequestId) -> None:  # noqa: N802
+    def Finish(self, r: RequestId) -> None:
         """r finishes: drop its table entries, return unpinned GPU blocks to HMA."""
         self._request("Finish", r)
         if self.state.req[r] != "running":
@@ -302,7 +306,7 @@ class ProtocolMachine:
         self._end(r, "finish")
         self._done("Finish", {"request": r})
 
-    def Abort(self, r: RequestId) -> None:  # noqa: N802
+    def Abort(self, r: RequestId) -> None:
         """r is aborted at any moment; pinned blocks wait for their enqueued ack."""
         s = self.state
         self._request("Abort", r)
@@ -318,7 +322,7 @@ class ProtocolMachine:
                     s.spill[h] = None
         self._done("Abort", {"request": r})
 
-    def EvictHost(self, h: int) -> None:  # noqa: N802
+    def EvictHost(self, h: int) -> None:
         """Drop a published host page that no block-table entry references."""
         s, a = self.state, "EvictHost"
         self._host(a, h)
@@ -328,7 +332,7 @@ class ProtocolMachine:
             raise ActionNotEnabled(a, f"host block {h} is still referenced")
         k = s.host_key[h]
         assert k is not None
-        s.host_state[h] = HOST_PAGE.next(s.host_state[h], "evict")  # type: ignore[assignment]
+        s.host_state[h] = cast(HostState, HOST_PAGE.next(s.host_state[h], "evict"))
         s.host_key[h] = None
         if self.bug != "evict_keeps_index":
             s.prefix[k].discard(h)
@@ -343,7 +347,7 @@ class ProtocolMachine:
             raise UnknownTransfer(transfer_id, f"{action}: no such command in flight")
         return t
 
-    def WorkerEnqueue(self, transfer_id: int) -> None:  # noqa: N802
+    def WorkerEnqueue(self, transfer_id: int) -> None:
         """Enqueue the copy; it carries the source bytes as of its stream position."""
         s = self.state
         t = self._take("WorkerEnqueue", transfer_id)
@@ -353,7 +357,7 @@ class ProtocolMachine:
         s.w_enq.append(transfer_id)
         self._done("WorkerEnqueue", {"src": t.src, "dst": t.dst})
 
-    def WorkerDrop(self, transfer_id: int) -> None:  # noqa: N802
+    def WorkerDrop(self, transfer_id: int) -> None:
         """Injected defect only: the worker loses a received command."""
         if self.bug != "worker_drops_transfer":
             raise ActionNotEnabled("WorkerDrop", "only exists with the worker_drops_transfer bug")
@@ -361,7 +365,7 @@ class ProtocolMachine:
         del self.state.down[transfer_id]
         self._done("WorkerDrop", {"src": t.src, "dst": t.dst})
 
-    def WorkerComplete(self, h: int) -> None:  # noqa: N802
+    def WorkerComplete(self, h: int) -> None:
         """The copy into host block h reaches its event: the bytes land."""
         s, a = self.state, "WorkerComplete"
         self._host(a, h)
@@ -373,7 +377,7 @@ class ProtocolMachine:
         s.w_done.append(s.copying_tid.pop(h))
         self._done(a, {"host_block": h})
 
-    def WorkerReport(self) -> Meta:  # noqa: N802
+    def WorkerReport(self) -> Meta:
         """Report every pending ack in one meta (one meta in flight at a time)."""
         s, a = self.state, "WorkerReport"
         if s.up:
@@ -394,10 +398,10 @@ class ProtocolMachine:
         s = self.state
         out: list[tuple[str, Callable[[], object]]] = []
         for tid in list(s.down):
-            out.append(("WorkerEnqueue", lambda t=tid: self.WorkerEnqueue(t)))
+            out.append(("WorkerEnqueue", partial(self.WorkerEnqueue, tid)))
         for h, c in enumerate(s.copying):
             if c is not None:
-                out.append(("WorkerComplete", lambda h=h: self.WorkerComplete(h)))
+                out.append(("WorkerComplete", partial(self.WorkerComplete, h)))
         if not s.up and (s.w_enq or s.w_done):
             out.append(("WorkerReport", self.WorkerReport))
         if s.up:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import ProtocolConfig
 
@@ -45,3 +48,50 @@ def full_spill(m: ProtocolMachine, page: tuple[str, int], h: int) -> int:
     m.WorkerReport()
     m.ConsumeMeta()
     return tid
+
+
+def legal_moves(m: ProtocolMachine) -> list[tuple[str, tuple[Any, ...]]]:
+    """The enabled actions, stated independently of the machine (a test oracle)."""
+    s = m.state
+    moves: list[tuple[str, tuple[Any, ...]]] = []
+    for r in s.page_keys:
+        if s.req[r] == "new":
+            need = len(s.page_keys[r]) - m.hit_len(r)
+            if sum(o is None for o in s.gpu_owner) >= need:
+                moves.append(("Arrive", (r,)))
+            moves.append(("Abort", (r,)))
+        if s.req[r] == "running":
+            moves += [("Finish", (r,)), ("Abort", (r,))]
+    free = [h for h in range(s.config.host_blocks) if s.host_state[h] == "free"]
+    if free and s.host_in_use() < s.config.host_capacity:
+        for p, where in s.loc.items():
+            running = s.req[p[0]] == "running"
+            if running and where and where[0] == "gpu" and not s.src_pin[where[1]]:
+                moves += [("StartSpill", (p, h)) for h in free]
+    referenced = {w for w in s.loc.values() if w is not None}
+    for h in range(s.config.host_blocks):
+        if s.host_state[h] == "valid" and ("host", h) not in referenced:
+            moves.append(("EvictHost", (h,)))
+        if s.copying[h] is not None:
+            moves.append(("WorkerComplete", (h,)))
+    moves += [("WorkerEnqueue", (tid,)) for tid in s.down]
+    if not s.up and (s.w_enq or s.w_done):
+        moves.append(("WorkerReport", ()))
+    if s.up:
+        moves.append(("ConsumeMeta", ()))
+    return moves
+
+
+def random_walk(m: ProtocolMachine, steps: int, seed: int) -> int:
+    """Take up to ``steps`` enabled actions chosen by a seeded RNG; returns how many ran."""
+    rng = random.Random(seed)
+    for n in range(steps):
+        moves = legal_moves(m)
+        if not moves:
+            return n
+        by_action: dict[str, list[tuple[Any, ...]]] = {}
+        for action, args in moves:
+            by_action.setdefault(action, []).append(args)
+        action = rng.choice(sorted(by_action))  # actions evenly, not arguments
+        getattr(m, action)(*rng.choice(by_action[action]))
+    return steps

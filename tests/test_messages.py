@@ -83,4 +83,4 @@ def test_bad_connector_metadata_is_refused(raw: bytes) -> None:
 def test_messages_are_frozen() -> None:
     t = SparseKVPageTransfer(transfer_id=1, src_gpu_block=2, dst_host_block=3)
     with pytest.raises(ValidationError):
-        t.transfer_id = 4  # type: ignore[misc]
+        t.transfer_id = 4

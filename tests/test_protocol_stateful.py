@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.state import Meta
-from tests.protocol_helpers import UNIVERSE, make_machine
+from tests.protocol_helpers import UNIVERSE, legal_moves, make_machine
 
 REQUESTS = sorted(UNIVERSE)
 PAGES = [(r, i) for r in REQUESTS for i in range(1, len(UNIVERSE[r]) + 1)]
@@ -43,44 +43,18 @@ class ProtocolStateful(RuleBasedStateMachine):
             self.accepted += 1
 
     def legal_moves(self) -> list[tuple[str, tuple[Any, ...]]]:
-        """The enabled actions, stated independently of the machine (a test oracle)."""
-        s = self.m.state
-        moves: list[tuple[str, tuple[Any, ...]]] = []
-        for r in REQUESTS:
-            if s.req[r] == "new":
-                need = len(UNIVERSE[r]) - self.m.hit_len(r)
-                if sum(o is None for o in s.gpu_owner) >= need:
-                    moves.append(("Arrive", (r,)))
-                moves.append(("Abort", (r,)))
-            if s.req[r] == "running":
-                moves += [("Finish", (r,)), ("Abort", (r,))]
-        free = [h for h in range(HOST) if s.host_state[h] == "free"]
-        if free and s.host_in_use() < s.config.host_capacity:
-            for p, where in s.loc.items():
-                if s.req[p[0]] == "running" and where and where[0] == "gpu":
-                    if not s.src_pin[where[1]]:
-                        moves += [("StartSpill", (p, h)) for h in free]
-        referenced = {w for w in s.loc.values() if w is not None}
-        for h in range(HOST):
-            if s.host_state[h] == "valid" and ("host", h) not in referenced:
-                moves.append(("EvictHost", (h,)))
-            if s.copying[h] is not None:
-                moves.append(("WorkerComplete", (h,)))
-        moves += [("WorkerEnqueue", (tid,)) for tid in s.down]
-        if not s.up and (s.w_enq or s.w_done):
-            moves.append(("WorkerReport", ()))
-        if s.up:
-            moves.append(("ConsumeMeta", ()))
-        return moves
+        return legal_moves(self.m)
 
-    @rule(data=st.data())
-    def legal(self, data: st.DataObject) -> None:
-        moves = self.legal_moves()
-        if not moves:
-            return
-        action, args = data.draw(st.sampled_from(moves))
-        getattr(self.m, action)(*args)  # an enabled action must be accepted
-        self.accepted += 1
+    @rule(data=st.data(), n=st.integers(1, 8))
+    def legal(self, data: st.DataObject, n: int) -> None:
+        """Up to n enabled actions in a row: each must be accepted."""
+        for _ in range(n):
+            moves = self.legal_moves()
+            if not moves:
+                return
+            action, args = data.draw(st.sampled_from(moves))
+            getattr(self.m, action)(*args)
+            self.accepted += 1
 
     @rule(
         action=st.sampled_from(

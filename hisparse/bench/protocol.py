@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from hisparse.spec.lifecycle import HOST_PAGE
@@ -35,13 +36,13 @@ def _lifecycles(n: int, check: bool, requests: int) -> dict[str, float]:
         r = f"r{i}"
         m.add_request(r, [f"k{i}"])
         steps: list[tuple[str, Callable[[], Any]]] = [
-            ("Arrive", lambda r=r: m.Arrive(r)),
-            ("StartSpill", lambda r=r: m.StartSpill((r, 1), 0)),
+            ("Arrive", partial(m.Arrive, r)),
+            ("StartSpill", partial(m.StartSpill, (r, 1), 0)),
             ("WorkerEnqueue", lambda: m.WorkerEnqueue(next(iter(m.state.down)))),
             ("WorkerComplete", lambda: m.WorkerComplete(0)),
             ("WorkerReport", m.WorkerReport),
             ("ConsumeMeta", m.ConsumeMeta),
-            ("Finish", lambda r=r: m.Finish(r)),
+            ("Finish", partial(m.Finish, r)),
             ("EvictHost", lambda: m.EvictHost(0)),
         ]
         for name, call in steps:

@@ -24,7 +24,7 @@ from hisparse.tlc.output import DEADLOCK
 from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, run_tlc
 from hisparse.tracecheck import module as gen
-from hisparse.tracecheck.errtrace import stop_point
+from hisparse.tracecheck.errtrace import StopPoint, stop_point
 
 # The spec's safety invariants are the ones the small model checks.
 INVARIANTS_FROM = "MC_small.cfg"
@@ -82,8 +82,8 @@ class TraceCheckError(TlcError):
         self.log = log
 
 
-def _reason(run: TlcResult, violated: str, step: int) -> str:
-    if violated == DEADLOCK:
+def _reason(violated: str, step: int) -> str:
+    if violated == DEADLOCK:  # each reported variable matches some successor, not all at once
         return "the post-state matches no successor of the spec"
     if violated == gen.ENABLED_INVARIANT:
         return "the action is not enabled in the spec"
@@ -98,6 +98,7 @@ def _reason(run: TlcResult, violated: str, step: int) -> str:
 class _Group:
     """Traces sharing one header, replayed together."""
 
+    number: int
     paths: list[Path]
     traces: list[Trace]
 
@@ -108,44 +109,60 @@ class _Replay:
     def __init__(self, install: TlcInstall, tla: Path, invariants: list[str]) -> None:
         self.install, self.tla, self.invariants = install, tla, invariants
         self.root = Path(tempfile.mkdtemp(prefix="hisparse-trace-"))
-        self.cfg = self.root / f"{gen.MODULE}.cfg"
-        self.cfg.write_text(gen.cfg_text(invariants))
 
-    def run(self, group: _Group, attempt: int) -> TlcResult:
-        gen_dir = self.root / f"{group.paths[0].stem}-{attempt}"
-        gen_dir.mkdir(parents=True, exist_ok=True)
+    def run(self, group: _Group, label: str, *, diagnose: bool = False) -> TlcResult:
+        gen_dir = self.root / f"group{group.number}-{label}"
+        gen_dir.mkdir(parents=True)
         module = gen_dir / f"{gen.MODULE}.tla"
         module.write_text(gen.module_text(group.traces))
-        cfg = gen_dir / self.cfg.name
-        shutil.copy2(self.cfg, cfg)
-        return run_tlc(module, cfg, gen_dir, 1, tla_dir=self.tla, install=self.install)
+        cfg = gen_dir / f"{gen.MODULE}.cfg"
+        cfg.write_text(gen.cfg_text(self.invariants, diagnose=diagnose))
+        return run_tlc(module, cfg, gen_dir, "auto", tla_dir=self.tla, install=self.install)
+
+    def stop(self, res: TlcResult, count: int) -> tuple[str, StopPoint]:
+        """The first violation of a failed run and where it stopped, or TraceCheckError."""
+        out = res.output
+        stop = stop_point(res.raw) if out.result == "violation" else None
+        if stop is None or not out.violated or not 1 <= stop.tr <= count:
+            raise TraceCheckError(f"TLC could not replay the traces: {out.reason}", res.log_path)
+        return out.violated[0], stop
+
+    def diagnose(self, group: _Group, idx: int, runs: list[TlcResult]) -> str:
+        """Re-run one trace that deadlocked with the diagnostic invariants, for a reason."""
+        alone = _Group(group.number, [group.paths[idx]], [group.traces[idx]])
+        res = self.run(alone, f"diagnose{len(runs)}", diagnose=True)
+        runs.append(res)
+        return self.stop(res, 1)[0]
+
+    def verdict(self, group: _Group, res: TlcResult, runs: list[TlcResult]) -> FileVerdict:
+        """Reject the trace a failed run stopped in, and drop it from ``group``."""
+        violated, stop = self.stop(res, len(group.traces))
+        idx = stop.tr - 1
+        if violated == DEADLOCK:
+            violated = self.diagnose(group, idx, runs)
+        trace, path = group.traces.pop(idx), group.paths.pop(idx)
+        # A spec invariant fails in the state after a step, the others before it.
+        step = stop.cursor - 1 if violated in self.invariants else stop.cursor
+        action = trace.steps[step - 1].action if 1 <= step <= len(trace.steps) else "Init"
+        return FileVerdict(
+            str(path), "rejected", len(trace.steps), step, action, _reason(violated, step)
+        )
 
     def check(self, group: _Group, max_runs: int) -> tuple[list[FileVerdict], list[TlcResult]]:
         """Verdicts for every file of ``group``, and the TLC runs that produced them."""
         verdicts: dict[Path, FileVerdict] = {}
         runs: list[TlcResult] = []
-        left = _Group(list(group.paths), list(group.traces))
+        left = _Group(group.number, list(group.paths), list(group.traces))
         while left.traces and len(runs) < max_runs:
-            res = self.run(left, len(runs))
+            res = self.run(left, f"run{len(runs)}")
             runs.append(res)
-            out = res.output
-            if out.result == "ok":
+            if res.output.result == "ok":
                 for p, t in zip(left.paths, left.traces, strict=True):
                     verdicts[p] = FileVerdict(str(p), "accepted", len(t.steps))
-                left = _Group([], [])
+                left = _Group(group.number, [], [])
                 break
-            stop = stop_point(res.raw) if out.result == "violation" else None
-            if stop is None or not out.violated or not 1 <= stop.tr <= len(left.traces):
-                raise TraceCheckError(f"TLC could not replay the traces: {out.reason}", res.log_path)
-            violated = out.violated[0]
-            idx = stop.tr - 1
-            trace, path = left.traces.pop(idx), left.paths.pop(idx)
-            spec_invariant = violated in self.invariants
-            step = stop.cursor - 1 if spec_invariant else stop.cursor
-            action = trace.steps[step - 1].action if 1 <= step <= len(trace.steps) else "Init"
-            verdicts[path] = FileVerdict(
-                str(path), "rejected", len(trace.steps), step, action, _reason(res, violated, step)
-            )
+            rejected = self.verdict(left, res, runs)
+            verdicts[Path(rejected.path)] = rejected
         for p, t in zip(left.paths, left.traces, strict=True):
             verdicts[p] = FileVerdict(str(p), "unchecked", len(t.steps))
         return [verdicts[p] for p in group.paths], runs
@@ -154,8 +171,9 @@ class _Replay:
 def _groups(paths: Sequence[Path], traces: Sequence[Trace]) -> list[_Group]:
     by_key: dict[tuple[object, ...], _Group] = {}
     for p, t in zip(paths, traces, strict=True):
-        by_key.setdefault(t.header.same_constants(), _Group([], [])).paths.append(p)
-        by_key[t.header.same_constants()].traces.append(t)
+        group = by_key.setdefault(t.header.same_constants(), _Group(len(by_key), [], []))
+        group.paths.append(p)
+        group.traces.append(t)
     return list(by_key.values())
 
 

@@ -9,7 +9,7 @@ values). ``None`` entries become the spec's sentinels.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from hisparse.spec.trace import (
     HostBlockArgs,
@@ -153,11 +153,13 @@ def args(step: TraceStep) -> str:
     return "<<>>"
 
 
-def step(s: TraceStep) -> str:
-    """One step as ``[action |-> ..., args |-> ..., post |-> [var |-> value, ...]]``."""
-    return record(
-        [("action", string(s.action)), ("args", args(s)), ("post", record(post_fields(s.post)))]
-    )
+def step(s: TraceStep, name: Callable[[str], str] = str) -> str:
+    """One step as ``[action |-> ..., args |-> ..., post |-> [var |-> value, ...]]``.
+
+    ``name`` may replace each post value by a reference to a shared definition.
+    """
+    post = [(var, name(value)) for var, value in post_fields(s.post)]
+    return record([("action", string(s.action)), ("args", args(s)), ("post", record(post))])
 
 
 def constants(h: TraceHeader) -> list[tuple[str, str]]:

@@ -14,8 +14,9 @@ from hisparse.spec.trace import POST_FIELDS, Trace
 from hisparse.tracecheck import encode
 
 MODULE = "HiSparseTrace"
-# Checked after the spec's invariants, they turn TLC's bare deadlock into a reason: the
-# step's action is not enabled, or no successor has this one reported variable's value.
+# Checked after the spec's invariants when a rejection is diagnosed, they turn TLC's bare
+# deadlock into a reason: the step's action is not enabled, or no successor has this one
+# reported variable's value.
 ENABLED_INVARIANT = "TraceActionEnabled"
 MATCH_PREFIX = "TraceMatches_"
 
@@ -72,11 +73,33 @@ def diagnostic_invariants() -> list[str]:
     return [ENABLED_INVARIANT, *(f"{MATCH_PREFIX}{v}" for v in POST_FIELDS)]
 
 
+class _Interner:
+    """Names each distinct expression once (``TrV1 == ...``), so repeats cost a reference.
+
+    Traces of one run repeat most values (the same post-state of a variable, the same
+    step); SANY's semantic pass and TLC's constant evaluation then see each one once.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.names: dict[str, str] = {}
+
+    def __call__(self, expr: str) -> str:
+        name = self.names.get(expr)
+        if name is None:
+            name = self.names[expr] = f"{self.prefix}{len(self.names) + 1}"
+        return name
+
+    def definitions(self) -> list[str]:
+        return [f"{name} == {expr}" for expr, name in self.names.items()]
+
+
 def module_text(traces: Sequence[Trace]) -> str:
     """The module replaying ``traces``; they must share one header's constants."""
     header = traces[0].header
     defs = [f"{name} == {value}" for name, value in encode.constants(header)]
-    seqs = [encode.tup(encode.step(s) for s in t.steps) for t in traces]
+    value, step = _Interner("TrV"), _Interner("TrS")
+    seqs = [encode.tup(step(encode.step(s, value)) for s in t.steps) for t in traces]
     body = "Traces == <<\n    " + ",\n    ".join(seqs) + "\n>>\n"
     return "\n".join(
         [
@@ -84,6 +107,8 @@ def module_text(traces: Sequence[Trace]) -> str:
             "EXTENDS HiSparse, TLC",
             "VARIABLES tr, cursor",
             *defs,
+            *value.definitions(),
+            *step.definitions(),
             body,
             _STEP_ACTION,
             match_post(),
@@ -95,8 +120,12 @@ def module_text(traces: Sequence[Trace]) -> str:
     )
 
 
-def cfg_text(invariants: Sequence[str]) -> str:
-    """Bind the spec's constants to the module's definitions; deadlock checking stays on."""
+def cfg_text(invariants: Sequence[str], *, diagnose: bool = False) -> str:
+    """Bind the spec's constants to the module's definitions; deadlock checking stays on.
+
+    ``diagnose`` adds the generated invariants that name why a step failed; they cost an
+    ENABLED evaluation each per state, so only a rejected trace's re-run uses them.
+    """
     bindings = [
         ("Requests", "TrRequests"),
         ("GpuBlocks", "TrGpuBlocks"),
@@ -107,7 +136,7 @@ def cfg_text(invariants: Sequence[str]) -> str:
         ("HostBlockBytes", "TrHostBlockBytes"),
         ("Bug", "TrBug"),
     ]
-    names = [*invariants, *diagnostic_invariants()]
+    names = [*invariants, *(diagnostic_invariants() if diagnose else [])]
     return (
         "CONSTANTS\n"
         + "".join(f"    {c} <- {d}\n" for c, d in bindings)

@@ -1,0 +1,147 @@
+"""The public trace format (spec/trace.py) and the generated docs, without TLC."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hisparse import docs
+from hisparse.spec.trace import (
+    FORMAT,
+    SpillArgs,
+    TraceFormatError,
+    read_trace,
+    trace_json_schema,
+    write_trace,
+)
+
+JSON = dict[str, Any]
+
+HEADER: JSON = {
+    "kind": "header",
+    "format": FORMAT,
+    "requests": {"r1": ["k1"], "r2": ["k1"]},
+    "gpu_blocks": 2,
+    "host_blocks": 2,
+    "host_pool_bytes": 5,
+    "host_block_bytes": 2,
+}
+
+ARRIVE: JSON = {
+    "kind": "step",
+    "index": 1,
+    "action": "Arrive",
+    "args": {"request": "r1"},
+    "post": {
+        "req": {"r1": "running", "r2": "new"},
+        "loc": [[["r1", 1], ["gpu", 0]], [["r2", 1], None]],
+        "gpuOwner": [["r1", 1], None],
+        "gpuData": ["k1", "empty"],
+    },
+}
+
+SPILL: JSON = {
+    "kind": "step",
+    "index": 2,
+    "action": "StartSpill",
+    "args": {"page": ["r1", 1], "host_block": 0},
+    "post": {
+        "hostState": ["leased", "free"],
+        "hostKey": ["k1", None],
+        "spill": [{"src": 0, "page": ["r1", 1], "phase": "sent"}, None],
+        "down": [{"src": 0, "dst": 0}],
+        "srcPin": [True, False],
+    },
+}
+
+
+def write_lines(path: Path, *lines: JSON | str) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def with_(base: JSON, **changes: Any) -> JSON:
+    return {**json.loads(json.dumps(base)), **changes}
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    trace = read_trace(write_lines(tmp_path / "t.jsonl", HEADER, ARRIVE, SPILL))
+    assert [s.action for s in trace.steps] == ["Arrive", "StartSpill"]
+    assert isinstance(trace.steps[1].args, SpillArgs)
+    assert trace.steps[1].post.reported() == ["srcPin", "hostState", "hostKey", "spill", "down"]
+    write_trace(tmp_path / "copy.jsonl", trace)
+    assert read_trace(tmp_path / "copy.jsonl") == trace
+    # unset post fields are left out, sentinels stay null
+    line = json.loads((tmp_path / "copy.jsonl").read_text().splitlines()[1])
+    assert line["post"] == ARRIVE["post"]
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "message"),
+    [
+        ([HEADER, "{not json"], 2, "not JSON"),
+        ([ARRIVE], 1, "first line must be the header"),
+        ([HEADER, with_(ARRIVE, action="Jump")], 2, "action"),
+        ([HEADER, with_(ARRIVE, index=2)], 2, "step index 2, expected 1"),
+        ([HEADER, ARRIVE, with_(SPILL, index=3)], 3, "step index 3, expected 2"),
+        ([HEADER, with_(ARRIVE, args={"host_block": 0})], 2, "Arrive takes args"),
+        ([HEADER, with_(ARRIVE, args={"request": "r9"})], 2, "unknown request"),
+        ([HEADER, with_(ARRIVE, post={"req": ARRIVE["post"]["req"]})], 2, "must report"),
+        (
+            [HEADER, ARRIVE, with_(SPILL, args={"page": ["r1", 1], "host_block": 5})],
+            3,
+            "out of range",
+        ),
+        ([HEADER, with_(ARRIVE, extra=1)], 2, "extra"),
+        ([HEADER, HEADER], 2, "second header"),
+        ([with_(HEADER, requests={"none": ["k1"]})], 1, "sentinel"),
+        ([with_(HEADER, requests={"r1": ["k 1"]})], 1, "pattern"),
+        ([with_(HEADER, requests={"r1": []})], 1, "at least 1"),
+    ],
+    ids=[
+        "malformed_json",
+        "no_header",
+        "unknown_action",
+        "first_index",
+        "gap",
+        "wrong_args",
+        "unknown_request",
+        "missing_written_variable",
+        "block_out_of_range",
+        "extra_field",
+        "two_headers",
+        "sentinel_name",
+        "bad_name",
+        "no_pages",
+    ],
+)
+def test_malformed_trace_names_the_line(
+    tmp_path: Path, lines: list[JSON | str], line: int, message: str
+) -> None:
+    path = write_lines(tmp_path / "bad.jsonl", *lines)
+    with pytest.raises(TraceFormatError, match=message) as err:
+        read_trace(path)
+    assert err.value.line == line
+    assert str(err.value).startswith(f"{path}:{line}:")
+
+
+def test_empty_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    with pytest.raises(TraceFormatError, match="no header"):
+        read_trace(path)
+
+
+def test_schema_is_a_union_on_kind() -> None:
+    schema = trace_json_schema()
+    assert schema["discriminator"]["propertyName"] == "kind"
+    assert set(schema["discriminator"]["mapping"]) == {"header", "step"}
+
+
+def test_generated_docs_are_in_sync() -> None:
+    assert docs.stale() == [], "run `hisparse docs` and commit docs/"
+    committed = json.loads((docs.repo_root() / "docs/trace.schema.json").read_text())
+    assert committed == trace_json_schema()
