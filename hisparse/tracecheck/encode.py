@@ -18,6 +18,7 @@ from hisparse.spec.trace import (
     Page,
     RequestArgs,
     SpillArgs,
+    SpillRecord,
     TraceHeader,
     TracePost,
     TraceStep,
@@ -87,21 +88,31 @@ def _meta(m: WorkerMeta) -> str:
     return record([("enq", hosts(m.enq)), ("done", hosts(m.done))])
 
 
-def _by_gpu(values: Sequence[str]) -> str:
-    return function([(gpu(g), v) for g, v in enumerate(values)])
+# A function value as (argument, value) pairs over its whole domain, in a fixed order.
+Pairs = list[tuple[str, str]]
 
 
-def _by_host(values: Sequence[str]) -> str:
-    return function([(host(h), v) for h, v in enumerate(values)])
+def _by_gpu(values: Sequence[str]) -> Pairs:
+    return [(gpu(g), v) for g, v in enumerate(values)]
 
 
-def post_fields(p: TracePost) -> list[tuple[str, str]]:
-    """The reported variables of ``p`` as (TLA+ variable, TLA+ value) pairs."""
-    out: list[tuple[str, str]] = []
+def _by_host(values: Sequence[str]) -> Pairs:
+    return [(host(h), v) for h, v in enumerate(values)]
+
+
+def _spill(s: SpillRecord | None) -> str:
+    if s is None:
+        return "NoSpill"
+    return record([("src", gpu(s.src)), ("page", page(s.page)), ("phase", string(s.phase))])
+
+
+def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
+    """The reported variables of ``p``: functions as ``Pairs``, other values as TLA+ text."""
+    out: list[tuple[str, str | Pairs]] = []
     if p.req is not None:
-        out.append(("req", function([(string(r), string(s)) for r, s in p.req.items()])))
+        out.append(("req", [(string(r), string(s)) for r, s in p.req.items()]))
     if p.loc is not None:
-        out.append(("loc", function([(page(pg), loc(lc)) for pg, lc in p.loc])))
+        out.append(("loc", [(page(pg), loc(lc)) for pg, lc in p.loc]))
     if p.gpuOwner is not None:
         out.append(("gpuOwner", _by_gpu([page(x) for x in p.gpuOwner])))
     if p.srcPin is not None:
@@ -111,15 +122,9 @@ def post_fields(p: TracePost) -> list[tuple[str, str]]:
     if p.hostKey is not None:
         out.append(("hostKey", _by_host([key(x) for x in p.hostKey])))
     if p.prefix is not None:
-        out.append(("prefix", function([(string(k), hosts(hs)) for k, hs in p.prefix.items()])))
+        out.append(("prefix", [(string(k), hosts(hs)) for k, hs in p.prefix.items()]))
     if p.spill is not None:
-        spills = [
-            "NoSpill"
-            if s is None
-            else record([("src", gpu(s.src)), ("page", page(s.page)), ("phase", string(s.phase))])
-            for s in p.spill
-        ]
-        out.append(("spill", _by_host(spills)))
+        out.append(("spill", _by_host([_spill(x) for x in p.spill])))
     if p.down is not None:
         down = sorted((t.src, t.dst) for t in p.down)
         out.append(("down", tla_set(record([("src", gpu(s)), ("dst", host(d))]) for s, d in down)))
@@ -138,6 +143,11 @@ def post_fields(p: TracePost) -> list[tuple[str, str]]:
     return out
 
 
+def full(value: str | Pairs) -> str:
+    """A post value as one self-contained expression."""
+    return value if isinstance(value, str) else function(value)
+
+
 def args(step: TraceStep) -> str:
     """The step's arguments as a record (``<<>>`` when it takes none)."""
     a = step.args
@@ -153,12 +163,12 @@ def args(step: TraceStep) -> str:
     return "<<>>"
 
 
-def step(s: TraceStep, name: Callable[[str], str] = str) -> str:
+def step(s: TraceStep, name: Callable[[str, str | Pairs], str] = lambda _, v: full(v)) -> str:
     """One step as ``[action |-> ..., args |-> ..., post |-> [var |-> value, ...]]``.
 
-    ``name`` may replace each post value by a reference to a shared definition.
+    ``name(var, value)`` may replace each post value by a reference to a definition.
     """
-    post = [(var, name(value)) for var, value in post_fields(s.post)]
+    post = [(var, name(var, value)) for var, value in post_fields(s.post)]
     return record([("action", string(s.action)), ("args", args(s)), ("post", record(post))])
 
 

@@ -94,12 +94,49 @@ class _Interner:
         return [f"{name} == {expr}" for expr, name in self.names.items()]
 
 
+# Maps up to this size are written whole: whole values repeat across traces and are
+# shared by the interner, while a chain of EXCEPTs is private to its trace.
+SMALL_MAP = 16
+
+
+class _Deltas:
+    """Post values of one trace, each written as a change of the same variable's last one.
+
+    Steps change a few entries of large maps (``loc`` over every page of every request),
+    so ``[TrV7 EXCEPT ![<<"r1", 1>>] = NoLoc]`` is far shorter than the whole map: SANY
+    and TLC's constant evaluation cost grows with the text, not the number of states.
+    """
+
+    def __init__(self, intern: _Interner) -> None:
+        self.intern = intern
+        self.last: dict[str, tuple[str, dict[str, str]]] = {}
+
+    def __call__(self, var: str, value: str | encode.Pairs) -> str:
+        if isinstance(value, str) or len(value) <= SMALL_MAP:
+            return self.intern(encode.full(value))
+        prev = self.last.get(var)
+        if prev is None:
+            name = self.intern(encode.full(value))
+        else:
+            changed = [(d, v) for d, v in value if prev[1].get(d) != v]
+            if not changed:
+                name = prev[0]
+            else:
+                paths = ", ".join(f"![{d}] = {v}" for d, v in changed)
+                name = self.intern(f"[{prev[0]} EXCEPT {paths}]")
+        self.last[var] = (name, dict(value))
+        return name
+
+
 def module_text(traces: Sequence[Trace]) -> str:
     """The module replaying ``traces``; they must share one header's constants."""
     header = traces[0].header
     defs = [f"{name} == {value}" for name, value in encode.constants(header)]
     value, step = _Interner("TrV"), _Interner("TrS")
-    seqs = [encode.tup(step(encode.step(s, value)) for s in t.steps) for t in traces]
+    seqs = []
+    for t in traces:
+        delta = _Deltas(value)
+        seqs.append(encode.tup(step(encode.step(s, delta)) for s in t.steps))
     body = "Traces == <<\n    " + ",\n    ".join(seqs) + "\n>>\n"
     return "\n".join(
         [
