@@ -193,10 +193,41 @@ def _cmd_docs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- bench -------------------------------------------------------------------------------
+
+
+def _register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="run a benchmark and print its figures")
+    p.add_argument("target", choices=["protocol"], help="what to measure")
+    p.add_argument("--lifecycles", type=int, default=5000, help="spill lifecycles to time")
+    p.add_argument(
+        "--background", type=int, default=256, help="other running requests held resident"
+    )
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the figures as JSON")
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from hisparse.bench import protocol
+
+    figures = protocol.run(args.lifecycles, args.background)
+    for mode in ("check_off", "check_on"):
+        per = figures[f"per_action_us_{mode}"]
+        print(f"per action, invariants {mode.replace('_', ' ')} (µs):")
+        for name, us in per.items():
+            print(f"  {name:<15} {us:9.2f}")
+        print(f"  {'lifecycle':<15} {figures[f'lifecycle_us_{mode}']:9.2f}")
+    print(f"transitions trigger   {figures['transitions_trigger_us']:.2f} µs")
+    print(f"compiled table lookup {figures['compiled_table_us']:.3f} µs")
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, tuple[Callable[..., None], Handler]] = {
     "setup": (_register_setup, _cmd_setup),
     "check": (_register_check, _cmd_check),
     "docs": (_register_docs, _cmd_docs),
+    "bench": (_register_bench, _cmd_bench),
 }
 
 

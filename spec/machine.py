@@ -288,13 +288,14 @@ class ProtocolMachine:
     def _end(self, r: RequestId, how: str) -> None:
         s = self.state
         s.req[r] = cast(ReqState, REQUEST.next(s.req[r], how))
-        mine = set(s.pages_of(r))
-        for p in mine:
+        # a page's resident lease is always the block its entry names (LivePagesReadable)
+        resident = [(p, w[1]) for p in s.pages_of(r) if (w := s.loc[p]) and w[0] == "gpu"]
+        for p in s.pages_of(r):
             self._set_loc(p, None)
         if how == "abort" and self.bug == "abort_keeps_resident_blocks":
             return
-        for g, owner in enumerate(s.gpu_owner):
-            if owner in mine and not s.src_pin[g]:
+        for p, g in resident:
+            if s.gpu_owner[g] == p and not s.src_pin[g]:
                 s.gpu_owner[g] = None
                 s.gpu_data[g] = GARBAGE
 
