@@ -1,6 +1,39 @@
 """Executors that drive the HiSparse protocol against real memory.
 
-Installed as ``hisparse.executor``.
-
-Placeholder: the CPU and CUDA executors land in later changes.
+Installed as ``hisparse.executor``. ``base`` is the interface every executor implements;
+``reference`` is the NumPy oracle; the resolver's rules are in ``docs/resolver.md``.
+The CUDA executor lands in a later change.
 """
+
+from hisparse.executor.base import CachePools, Executor, ResolveBatch, ResolveResult
+from hisparse.executor.errors import (
+    BadBatch,
+    BadHostRead,
+    BadPlan,
+    BadTransfer,
+    ExecutorConfigError,
+    ExecutorError,
+    HotCapacityError,
+    PendingHostWrite,
+)
+from hisparse.executor.layout import PoolSpec, hot_rows_needed
+from hisparse.executor.reference import ReferenceExecutor, ReferencePools
+
+__all__ = [
+    "BadBatch",
+    "BadHostRead",
+    "BadPlan",
+    "BadTransfer",
+    "CachePools",
+    "Executor",
+    "ExecutorConfigError",
+    "ExecutorError",
+    "HotCapacityError",
+    "PendingHostWrite",
+    "PoolSpec",
+    "ReferenceExecutor",
+    "ReferencePools",
+    "ResolveBatch",
+    "ResolveResult",
+    "hot_rows_needed",
+]

@@ -193,6 +193,43 @@ def _cmd_docs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- simulate ----------------------------------------------------------------------------
+
+
+def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from hisparse.simulate import SimulateOptions
+
+    d = SimulateOptions()
+    p = sub.add_parser("simulate", help="run the synthetic decode workload end to end")
+    p.add_argument("--executor", choices=["reference"], default="reference",
+                   help="executor (the CUDA executor is not built yet)")
+    p.add_argument("--requests", type=int, default=d.requests)
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the figures as JSON")
+    p.add_argument("--trace", type=Path, metavar="PATH",
+                   help="record the protocol trace (for hisparse check --trace)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from hisparse.simulate import SimulateOptions, report_json, simulate
+
+    opts = SimulateOptions(
+        requests=args.requests, steps=args.steps, seed=args.seed, trace=args.trace
+    )
+    rep = simulate(opts, progress=not args.no_progress)
+    doc = report_json(rep)
+    for key, value in doc.items():
+        if key != "notes":
+            print(f"{key:<17} {value:,}" if isinstance(value, int) else f"{key:<17} {value}")
+    for note in rep.notes:
+        print(f"note: {note}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    return EXIT_OK if rep.violations == 0 and rep.data_mismatches == 0 else EXIT_VIOLATION
+
+
 # --- bench -------------------------------------------------------------------------------
 
 
@@ -228,6 +265,7 @@ COMMANDS: dict[str, tuple[Callable[..., None], Handler]] = {
     "check": (_register_check, _cmd_check),
     "docs": (_register_docs, _cmd_docs),
     "bench": (_register_bench, _cmd_bench),
+    "simulate": (_register_simulate, _cmd_simulate),
 }
 
 

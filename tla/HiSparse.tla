@@ -138,31 +138,36 @@ StreamHostData(h) == IF copying[h] # Idle THEN copying[h] ELSE hostData[h]
 (* Scheduler actions. *)
 
 \* A request arrives: published host pages serve its longest prefix hit;
-\* every other page gets a free GPU block that prefill writes.
-Arrive(r) ==
+\* every other page gets a free GPU block that prefill writes. `hosts` and
+\* `blocks` (sequences) are the choice: the hit's host copies, then the GPU
+\* blocks of the remaining pages in order. Arrive(r) chooses them freely;
+\* trace validation passes the ones an implementation reported.
+ArriveWith(r, hosts, blocks) ==
     /\ req[r] = "new"
     /\ LET n == Len(PageKeys[r])
            m == HitLen(r)
            Cand == IF Bug = "double_allocation" THEN GpuBlocks ELSE FreeGpu
-       IN \E hosts \in [1..m -> HostBlocks],
-             blocks \in [(m + 1)..n -> Cand] :
-            /\ \A i \in 1..m : hosts[i] \in prefix[PageKeys[r][i]]
-            /\ \A i, j \in (m + 1)..n : i # j => blocks[i] # blocks[j]
-            /\ req' = [req EXCEPT ![r] = "running"]
-            /\ loc' = [p \in Pages |->
-                         IF p[1] # r THEN loc[p]
-                         ELSE IF p[2] <= m THEN <<"host", hosts[p[2]]>>
-                         ELSE <<"gpu", blocks[p[2]]>>]
-            /\ gpuOwner' = [g \in GpuBlocks |->
-                              IF \E i \in (m + 1)..n : blocks[i] = g
-                              THEN <<r, CHOOSE i \in (m + 1)..n : blocks[i] = g>>
-                              ELSE gpuOwner[g]]
-            /\ gpuData' = [g \in GpuBlocks |->
-                             IF \E i \in (m + 1)..n : blocks[i] = g
-                             THEN PageKeys[r][CHOOSE i \in (m + 1)..n : blocks[i] = g]
-                             ELSE gpuData[g]]
+           At(i) == IF i <= m THEN <<"host", hosts[i]>> ELSE <<"gpu", blocks[i - m]>>
+           Holder(g) == CHOOSE j \in 1..(n - m) : blocks[j] = g
+           Used == {blocks[j] : j \in 1..(n - m)}
+       IN /\ Len(hosts) = m /\ Len(blocks) = n - m
+          /\ \A i \in 1..m : hosts[i] \in prefix[PageKeys[r][i]]
+          /\ \A j \in 1..(n - m) : blocks[j] \in Cand
+          /\ Cardinality(Used) = n - m
+          /\ req' = [req EXCEPT ![r] = "running"]
+          /\ loc' = [p \in Pages |-> IF p[1] # r THEN loc[p] ELSE At(p[2])]
+          /\ gpuOwner' = [g \in GpuBlocks |->
+                             IF g \in Used THEN <<r, m + Holder(g)>> ELSE gpuOwner[g]]
+          /\ gpuData' = [g \in GpuBlocks |->
+                            IF g \in Used THEN PageKeys[r][m + Holder(g)] ELSE gpuData[g]]
     /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up,
                    copying, wEnq, wDone, hostData>>
+
+Arrive(r) ==
+    LET m == HitLen(r)
+        k == Len(PageKeys[r]) - m
+    IN \E hosts \in [1..m -> HostBlocks], blocks \in [1..k -> GpuBlocks] :
+           ArriveWith(r, hosts, blocks)
 
 \* Spill a resident page: pin the source and destination leases, send the
 \* SparseKVPageTransfer down.

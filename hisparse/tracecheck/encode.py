@@ -148,11 +148,26 @@ def full(value: str | Pairs) -> str:
     return value if isinstance(value, str) else function(value)
 
 
+def _arrive_witness(step: TraceStep) -> list[tuple[str, str]]:
+    """The choice Arrive made, read off its post ``loc``: host copies of the prefix hit,
+    then the GPU blocks of the remaining pages, in page order. The spec's ArriveWith
+    checks that the choice was allowed; without it TLC would enumerate every choice."""
+    a, loc = step.args, step.post.loc
+    assert isinstance(a, RequestArgs)
+    mine = sorted((p[1], where) for p, where in (loc or []) if p[0] == a.request)
+    hosts = [host(w[1]) for _, w in mine if w is not None and w[0] == "host"]
+    blocks = [gpu(w[1]) for _, w in mine if w is not None and w[0] == "gpu"]
+    return [("hosts", tup(hosts)), ("blocks", tup(blocks))]
+
+
 def args(step: TraceStep) -> str:
     """The step's arguments as a record (``<<>>`` when it takes none)."""
     a = step.args
     if isinstance(a, RequestArgs):
-        return record([("request", string(a.request))])
+        fields = [("request", string(a.request))]
+        if step.action == "Arrive":
+            fields += _arrive_witness(step)
+        return record(fields)
     if isinstance(a, SpillArgs):
         return record([("page", page(a.page)), ("host_block", host(a.host_block))])
     if isinstance(a, HostBlockArgs):

@@ -22,7 +22,7 @@ MATCH_PREFIX = "TraceMatches_"
 
 _STEP_ACTION = """\
 StepAction(e) ==
-    CASE e.action = "Arrive" -> Arrive(e.args.request)
+    CASE e.action = "Arrive" -> ArriveWith(e.args.request, e.args.hosts, e.args.blocks)
       [] e.action = "Finish" -> Finish(e.args.request)
       [] e.action = "Abort" -> Abort(e.args.request)
       [] e.action = "StartSpill" -> StartSpill(e.args.page, e.args.host_block)

@@ -1,0 +1,66 @@
+"""Typed errors of the executors.
+
+Every refusal is raised before any byte or hot-state entry changes, so a caller that
+catches one holds exactly the pools it had before the call.
+"""
+
+from __future__ import annotations
+
+
+class ExecutorError(Exception):
+    """Base class of every error an executor raises."""
+
+
+class ExecutorConfigError(ExecutorError):
+    """A pool specification cannot be laid out; the message says which field to change."""
+
+
+class BadTransfer(ExecutorError):
+    """A spill names coordinates outside the pools, or collides with a copy still queued."""
+
+
+class BadBatch(ExecutorError):
+    """A resolve batch has the wrong shape, dtype, slot, row range or step."""
+
+
+class BadPlan(ExecutorError):
+    """A miss plan handed to ``replay`` names rows outside the follower's pools."""
+
+
+class HotCapacityError(ExecutorError):
+    """A slot's hot rows not already in use by this batch cannot hold an entry's misses.
+
+    Configuration prevents it (``hot_rows >= entries_per_slot * K``); seeing it means the
+    pools were sized for fewer speculative steps or a smaller top-K than the batch uses.
+    """
+
+    def __init__(self, entry: int, slot: int, needed: int, free: int) -> None:
+        super().__init__(
+            f"entry {entry} (slot {slot}) misses {needed} positions but only {free} hot rows "
+            "are not in use by this batch; raise hot_rows to at least "
+            "(speculative steps + 1) * K"
+        )
+        self.entry = entry
+        self.slot = slot
+        self.needed = needed
+        self.free = free
+
+
+class BadHostRead(ExecutorError):
+    """A direct CPU read names host rows outside the host pool."""
+
+
+class PendingHostWrite(ExecutorError):
+    """A direct CPU read touches a host block that a queued copy has not yet written.
+
+    The bytes there are not the ones the accelerator will leave; read again after the
+    copy's transfer ID has been reported by ``completed()``.
+    """
+
+    def __init__(self, host_block: int, transfer_id: int) -> None:
+        super().__init__(
+            f"host block {host_block} still has copy {transfer_id} queued into it; "
+            "wait until completed() reports it"
+        )
+        self.host_block = host_block
+        self.transfer_id = transfer_id

@@ -1,0 +1,138 @@
+"""The NumPy reference executor: real bytes on the CPU, runs everywhere.
+
+It is the oracle the CUDA executor is tested against, so it favours plain, checked
+steps over speed. Decisions come from ``resolver.decide``; spills go through a modelled
+stream whose completions the caller releases explicitly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hisparse.executor.base import EMPTY, ResolveBatch, ResolveResult
+from hisparse.executor.errors import BadHostRead, BadTransfer, PendingHostWrite
+from hisparse.executor.layout import PoolSpec
+from hisparse.executor.resolver import decide
+from hisparse.executor.stream import QueuedCopy, SpillStream
+from hisparse.executor.validate import check_batch, check_plan
+
+
+@dataclass(eq=False)
+class ReferencePools:
+    """One cache's pools as NumPy arrays (see ``CachePools``)."""
+
+    spec: PoolSpec
+    device: NDArray[np.uint8]
+    host: NDArray[np.uint8]
+    hot_tag: NDArray[np.int64]
+    hot_stamp: NDArray[np.int64]
+    last_step: int | None = None
+    """Step of the last successful resolve; the next one must be larger."""
+
+
+class ReferenceExecutor:
+    """``Executor[ReferencePools]`` over NumPy arrays, with a caller-driven copy stream.
+
+    ``release`` stands in for the accelerator finishing copies: until it is called,
+    enqueued spills are in flight, ``completed()`` does not report them, direct CPU
+    reads of their host blocks are refused, and only device work (resolve, replay)
+    sees their bytes.
+    """
+
+    def __init__(self) -> None:
+        self._stream = SpillStream()
+
+    def allocate(self, spec: PoolSpec) -> ReferencePools:
+        """Zeroed pools with every hot row empty."""
+        hot_shape = (spec.slots, spec.hot_rows)
+        return ReferencePools(
+            spec=spec,
+            device=np.zeros((spec.device_rows, spec.row_bytes), dtype=np.uint8),
+            host=np.zeros((spec.host_rows, spec.row_bytes), dtype=np.uint8),
+            hot_tag=np.full(hot_shape, EMPTY, dtype=np.int64),
+            hot_stamp=np.full(hot_shape, EMPTY, dtype=np.int64),
+        )
+
+    def enqueue_spill(
+        self, pools: ReferencePools, transfer_id: int, src_gpu_block: int, dst_host_block: int
+    ) -> None:
+        """Snapshot resident block ``src_gpu_block`` into the stream toward ``dst_host_block``."""
+        spec = pools.spec
+        for name, value, limit in (
+            ("transfer_id", transfer_id, None),
+            ("src_gpu_block", src_gpu_block, spec.gpu_blocks),
+            ("dst_host_block", dst_host_block, spec.host_blocks),
+        ):
+            if not isinstance(value, int | np.integer) or isinstance(value, bool):
+                raise BadTransfer(f"{name} must be an int, got {type(value).__name__}")
+            if value < 0 or (limit is not None and value >= limit):
+                bound = "must be >= 0" if limit is None else f"must be in 0..{limit - 1}"
+                raise BadTransfer(f"{name} {value} {bound}")
+        bt = spec.block_tokens
+        start = spec.resident_row(int(src_gpu_block), 0)
+        data = pools.device[start : start + bt].copy()
+        self._stream.push(int(transfer_id), QueuedCopy(pools.host, int(dst_host_block), data))
+
+    def release(self, count: int | None = None) -> None:
+        """Let the ``count`` oldest queued transfers finish (all when None)."""
+        self._stream.release(count)
+
+    def queued(self) -> list[int]:
+        """Transfer IDs enqueued and not yet finished, oldest first."""
+        return self._stream.queued()
+
+    def completed(self) -> list[int]:
+        """Transfer IDs finished since the last call; never blocks."""
+        return self._stream.completed()
+
+    def read_host_rows(
+        self, pools: ReferencePools, rows: NDArray[np.int64]
+    ) -> NDArray[np.uint8]:
+        """Host rows for a CPU reader; refuses (does not wait) while a copy is queued into them.
+
+        Refusing rather than waiting keeps completion under the caller's control, which
+        is the point of the reference stream; the CUDA executor may wait on the event.
+        """
+        spec = pools.spec
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
+            raise BadHostRead("rows must be a 1-d integer array")
+        bad = (rows < 0) | (rows >= spec.host_rows)
+        if bad.any():
+            raise BadHostRead(
+                f"host row {rows[bad][0]} outside 0..{spec.host_rows - 1}"
+            )
+        for block in np.unique(rows // spec.block_tokens):
+            tid = self._stream.pending_into(pools.host, int(block))
+            if tid is not None:
+                raise PendingHostWrite(int(block), tid)
+        return pools.host[rows].copy()
+
+    def resolve(self, pools: ReferencePools, batch: ResolveBatch) -> ResolveResult:
+        """Validate, decide, then commit hot state and miss copies together."""
+        check_batch(pools.spec, batch, pools.last_step)
+        d = decide(pools.spec, pools.hot_tag, pools.hot_stamp, batch)
+        self._copy_plan(pools, d.plan)
+        pools.hot_tag[...] = d.hot_tag
+        pools.hot_stamp[...] = d.hot_stamp
+        pools.last_step = int(batch.step)
+        return ResolveResult(
+            rows=d.rows,
+            plan=d.plan,
+            resident_hits=d.resident_hits,
+            hot_hits=d.hot_hits,
+            misses=d.misses,
+        )
+
+    def replay(self, follower: ReferencePools, plan: NDArray[np.int32]) -> None:
+        """Copy the follower's host rows into the hot rows a leader's plan names."""
+        check_plan(follower.spec, plan)
+        self._copy_plan(follower, plan)
+
+    def _copy_plan(self, pools: ReferencePools, plan: NDArray[np.int32]) -> None:
+        src = plan[:, 1].astype(np.int64)
+        bytes_ = self._stream.device_view(pools.host, src, pools.spec.block_tokens)
+        pools.device[plan[:, 0]] = bytes_

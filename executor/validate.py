@@ -1,0 +1,110 @@
+"""Host-side checks of resolve batches and miss plans, done once per call.
+
+They run before an executor touches anything, which is what makes ``resolve`` and
+``replay`` atomic: a batch is either wholly acceptable or refused with no state change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hisparse.executor.base import EMPTY, ResolveBatch
+from hisparse.executor.errors import BadBatch, BadPlan
+from hisparse.executor.layout import PoolSpec
+
+
+def _int32_array(name: str, value: object, ndim: int) -> NDArray[np.int32]:
+    if not isinstance(value, np.ndarray) or value.dtype != np.int32 or value.ndim != ndim:
+        got = (
+            f"{value.dtype}[{value.ndim}-d]" if isinstance(value, np.ndarray)
+            else type(value).__name__
+        )
+        raise BadBatch(f"{name} must be a {ndim}-d int32 array, got {got}")
+    return value
+
+
+def _first(mask: NDArray[np.bool_]) -> tuple[int, ...]:
+    """Index of the first True in ``mask`` (row-major): names the offender in messages."""
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def check_batch(spec: PoolSpec, batch: ResolveBatch, last_step: int | None) -> None:
+    """Raise ``BadBatch`` unless ``batch`` is well-formed for pools of ``spec``.
+
+    ``last_step`` is the step of the previous successful resolve on the same pools (None
+    before the first); ``batch.step`` must be a non-negative int above it, so a fresh
+    stamp always outranks every stored stamp and the -1 of empty rows.
+    """
+    step = batch.step
+    if not isinstance(step, int | np.integer) or isinstance(step, bool):
+        raise BadBatch(f"step must be an int, got {type(step).__name__}")
+    if step < 0:
+        raise BadBatch(f"step must be >= 0, got {step}")
+    if last_step is not None and step <= last_step:
+        raise BadBatch(f"step {step} must exceed the previous resolve's step {last_step}")
+
+    slots = _int32_array("slots", batch.slots, 1)
+    topk = _int32_array("topk", batch.topk, 2)
+    resident = _int32_array("resident_row", batch.resident_row, 2)
+    host = _int32_array("host_row", batch.host_row, 2)
+    n = slots.shape[0]
+    if topk.shape[0] != n:
+        raise BadBatch(f"topk has {topk.shape[0]} entries but slots has {n}")
+    for name, arr in (("resident_row", resident), ("host_row", host)):
+        if arr.shape != topk.shape:
+            raise BadBatch(f"{name} has shape {arr.shape}, topk has {topk.shape}")
+
+    bad_slot = (slots < 0) | (slots >= spec.slots)
+    if bad_slot.any():
+        e = _first(bad_slot)[0]
+        raise BadBatch(f"entry {e}: slot {slots[e]} outside 0..{spec.slots - 1}")
+    starts = slots[np.r_[True, slots[1:] != slots[:-1]]] if n else slots
+    if len(np.unique(starts)) != len(starts):
+        raise BadBatch("entries of one slot must be consecutive (one run per slot per batch)")
+
+    if (topk < EMPTY).any():
+        e, i = _first(topk < EMPTY)
+        raise BadBatch(f"entry {e} position {i}: topk {topk[e, i]} is below -1")
+    real = topk != EMPTY
+    bad_res = real & ((resident < EMPTY) | (resident >= spec.resident_rows))
+    if bad_res.any():
+        e, i = _first(bad_res)
+        raise BadBatch(
+            f"entry {e} position {i}: resident_row {resident[e, i]} outside "
+            f"-1..{spec.resident_rows - 1}"
+        )
+    needs_host = real & (resident == EMPTY)
+    bad_host = needs_host & ((host < 0) | (host >= spec.host_rows))
+    if bad_host.any():
+        e, i = _first(bad_host)
+        raise BadBatch(
+            f"entry {e} position {i}: non-resident position needs host_row in "
+            f"0..{spec.host_rows - 1}, got {host[e, i]}"
+        )
+
+
+def check_plan(spec: PoolSpec, plan: NDArray[np.int32]) -> None:
+    """Raise ``BadPlan`` unless ``plan`` is an int32 [m, 2] of (hot row, host row) pairs.
+
+    Hot rows must lie in the hot region and be distinct (a resolve fills each hot row at
+    most once), so the copies may run in any order, or all at once.
+    """
+    if not isinstance(plan, np.ndarray) or plan.dtype != np.int32 or plan.ndim != 2 or (
+        plan.shape[1] != 2
+    ):
+        raise BadPlan("plan must be an int32 array of shape [m, 2]")
+    hot, src = plan[:, 0], plan[:, 1]
+    bad_hot = (hot < spec.resident_rows) | (hot >= spec.device_rows)
+    if bad_hot.any():
+        k = _first(bad_hot)[0]
+        raise BadPlan(
+            f"plan row {k}: device row {hot[k]} outside the hot region "
+            f"{spec.resident_rows}..{spec.device_rows - 1}"
+        )
+    bad_src = (src < 0) | (src >= spec.host_rows)
+    if bad_src.any():
+        k = _first(bad_src)[0]
+        raise BadPlan(f"plan row {k}: host row {src[k]} outside 0..{spec.host_rows - 1}")
+    if len(np.unique(hot)) != len(hot):
+        raise BadPlan("plan fills one hot row twice")

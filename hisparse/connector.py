@@ -1,0 +1,111 @@
+"""HiSparseConnector: carries residency work between scheduler and worker.
+
+Shaped like vLLM's v1 KV connector without depending on it: one object per
+process, constructed in a role. The scheduler role builds one
+``HiSparseConnectorMetadata`` per step and consumes one ``HiSparseWorkerMeta``;
+the worker role binds the former and returns the latter. Bytes crossing a
+process boundary are validated once here, through the per-direction adapters.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from hisparse.spec.errors import ProtocolError
+from hisparse.spec.messages import (
+    CONNECTOR_METADATA,
+    WORKER_META,
+    HiSparseConnectorMetadata,
+    HiSparseWorkerMeta,
+)
+
+if TYPE_CHECKING:
+    from hisparse.coordinator import HiSparseCoordinator
+    from hisparse.worker import HiSparseWorker
+
+
+class MalformedMetadata(ProtocolError):
+    """Bytes from the other side failed validation; nothing was applied."""
+
+
+class KVConnectorRole(enum.Enum):
+    SCHEDULER = "scheduler"
+    WORKER = "worker"
+
+
+class HiSparseConnector:
+    """One per process; ``role`` says which half of the methods may be called."""
+
+    def __init__(
+        self,
+        role: KVConnectorRole,
+        *,
+        coordinator: HiSparseCoordinator | None = None,
+        worker: HiSparseWorker | None = None,
+    ) -> None:
+        if (role is KVConnectorRole.SCHEDULER) != (coordinator is not None):
+            raise ValueError("the scheduler role takes a coordinator, the worker role not")
+        if (role is KVConnectorRole.WORKER) != (worker is not None):
+            raise ValueError("the worker role takes a worker, the scheduler role not")
+        self.role = role
+        self._coordinator = coordinator
+        self._worker = worker
+
+    # -- scheduler side ---------------------------------------------------------
+
+    @property
+    def coordinator(self) -> HiSparseCoordinator:
+        if self._coordinator is None:
+            raise RuntimeError("scheduler-side call on a worker-role connector")
+        return self._coordinator
+
+    def build_connector_meta(self) -> HiSparseConnectorMetadata | None:
+        """This step's transfers and replacements; None when there are none (no empty table)."""
+        transfers, replacements = self.coordinator.take_commands()
+        if not transfers and not replacements:
+            return None
+        return HiSparseConnectorMetadata.model_construct(
+            transfers=transfers, replacements=replacements
+        )
+
+    def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
+        """Consume the worker's acks (enqueued releases sources, completed publishes)."""
+        if worker_meta is None:
+            return
+        if isinstance(worker_meta, bytes):
+            try:
+                worker_meta = WORKER_META.validate_json(worker_meta)
+            except ValidationError as exc:
+                raise MalformedMetadata(f"worker meta: {exc}") from None
+        self.coordinator.on_worker_meta(worker_meta)
+
+    # -- worker side ------------------------------------------------------------
+
+    @property
+    def worker(self) -> HiSparseWorker:
+        if self._worker is None:
+            raise RuntimeError("worker-side call on a scheduler-role connector")
+        return self._worker
+
+    def bind_connector_metadata(
+        self, meta: HiSparseConnectorMetadata | bytes | None
+    ) -> None:
+        """Hand this step's commands to the worker: copies enqueue, tables update."""
+        if meta is None:
+            return
+        if isinstance(meta, bytes):
+            try:
+                meta = CONNECTOR_METADATA.validate_json(meta)
+            except ValidationError as exc:
+                raise MalformedMetadata(f"connector metadata: {exc}") from None
+        self.worker.apply(meta)
+
+    def get_worker_meta(self) -> HiSparseWorkerMeta | None:
+        """Transfer IDs enqueued and completed since the last call; None if none."""
+        enqueued, completed = self.worker.take_acks()
+        if not enqueued and not completed:
+            return None
+        return HiSparseWorkerMeta.model_construct(enqueued=enqueued, completed=completed)

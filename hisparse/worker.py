@@ -1,0 +1,217 @@
+"""Worker side: HiSparseWorker, HiSparseRuntime and HiSparseCacheHandle.
+
+- ``HiSparseCacheHandle`` is what attention sees for one layer: the device cache,
+  the shared block table and the request → hot-slot mapping.
+- ``HiSparseRuntime`` (one per cache) owns that cache's host bytes, hot rows and
+  GPU-LRU state through the executor's pools; an index-sharing follower's runtime
+  has no LRU state of its own and replays its leader's miss plan.
+- ``HiSparseWorker`` schedules the step's copies and reports enqueued and completed
+  transfer IDs. It never allocates or frees logical blocks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hisparse.config import HiSparseConfig
+from hisparse.executor.base import CachePools, Executor, ResolveBatch, ResolveResult
+from hisparse.executor.layout import PoolSpec
+from hisparse.spec.messages import HiSparseConnectorMetadata
+from hisparse.spec.state import Loc, RequestId
+
+
+class WorkerError(Exception):
+    """A command the worker must refuse; nothing was applied."""
+
+
+@dataclass
+class BlockTables:
+    """Per request, the location of each logical page; shared by every layer's handle."""
+
+    tables: dict[RequestId, list[Loc]] = field(default_factory=dict)
+    slots: dict[RequestId, int] = field(default_factory=dict)
+
+
+@dataclass
+class HiSparseRuntime:
+    """One cache's host bytes, hot rows and (for a leader) GPU-LRU state."""
+
+    layer: int
+    leader: int
+    pools: CachePools
+
+    @property
+    def is_follower(self) -> bool:
+        return self.layer != self.leader
+
+
+@dataclass
+class HiSparseCacheHandle:
+    """Attention-facing view of one layer: cache, block table, slot mapping."""
+
+    layer: int
+    runtime: HiSparseRuntime
+    tables: BlockTables
+
+    @property
+    def cache(self) -> Any:
+        return self.runtime.pools.device
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Rows per layer (leaders' rows serve their followers) and the leaders' counters."""
+
+    rows: dict[int, NDArray[np.int32]]
+    resident_hits: int
+    hot_hits: int
+    misses: int
+
+
+class HiSparseWorker:
+    """Step-level transfers and decode resolution over registered cache handles."""
+
+    def __init__(
+        self,
+        config: HiSparseConfig,
+        executor: Executor[Any],
+        *,
+        gpu_blocks: int,
+        slots: int,
+    ) -> None:
+        self.config = config
+        self.executor = executor
+        self.spec = PoolSpec(
+            gpu_blocks=gpu_blocks,
+            host_blocks=config.host_blocks,
+            block_tokens=config.block_tokens,
+            row_bytes=config.row_bytes,
+            hot_rows=config.hot,
+            slots=slots,
+        )
+        self.tables = BlockTables()
+        self.handles: list[HiSparseCacheHandle] = []
+        for layer, leader in enumerate(config.leaders):
+            runtime = HiSparseRuntime(layer, leader, executor.allocate(self.spec))
+            self.handles.append(HiSparseCacheHandle(layer, runtime, self.tables))
+        self._free_slots = list(range(slots - 1, -1, -1))
+        self._enqueued: list[int] = []
+        self._landed: Counter[int] = Counter()
+        self.h2d_bytes = 0
+        self.d2h_bytes = 0
+
+    # -- requests ---------------------------------------------------------------
+
+    def admit(self, request_id: RequestId, table: Sequence[Loc]) -> int:
+        """Bind a running request's block table and give it a clean hot slot."""
+        if request_id in self.tables.slots:
+            raise WorkerError(f"request {request_id!r} is already admitted")
+        if not self._free_slots:
+            raise WorkerError("no free hot-state slot: raise `slots`")
+        slot = self._free_slots.pop()
+        for h in self.handles:
+            if not h.runtime.is_follower:
+                h.runtime.pools.hot_tag[slot] = -1
+                h.runtime.pools.hot_stamp[slot] = -1
+        self.tables.tables[request_id] = list(table)
+        self.tables.slots[request_id] = slot
+        return slot
+
+    def release(self, request_id: RequestId) -> None:
+        slot = self.tables.slots.pop(request_id, None)
+        self.tables.tables.pop(request_id, None)
+        if slot is not None:
+            self._free_slots.append(slot)
+
+    # -- commands down, acks up ---------------------------------------------------
+
+    def apply(self, meta: HiSparseConnectorMetadata) -> None:
+        """Enqueue this step's copies on every cache and apply table replacements.
+
+        Everything is checked first, so a bad command changes nothing.
+        """
+        spec = self.spec
+        for t in meta.transfers:
+            src_ok = 0 <= t.src_gpu_block < spec.gpu_blocks
+            if not (src_ok and 0 <= t.dst_host_block < spec.host_blocks):
+                raise WorkerError(f"transfer {t.transfer_id} has out-of-range coordinates")
+        for r in meta.replacements:
+            table = self.tables.tables.get(r.request_id)
+            if table is not None and not (
+                1 <= r.page_index <= len(table) and 0 <= r.host_block < spec.host_blocks
+            ):
+                raise WorkerError(f"replacement {r} does not fit request {r.request_id!r}")
+        for t in meta.transfers:
+            for h in self.handles:
+                self.executor.enqueue_spill(
+                    h.runtime.pools, t.transfer_id, t.src_gpu_block, t.dst_host_block
+                )
+            self._enqueued.append(t.transfer_id)
+            self.d2h_bytes += spec.block_tokens * spec.row_bytes * len(self.handles)
+        for r in meta.replacements:
+            table = self.tables.tables.get(r.request_id)
+            if table is not None:  # a finished request's entry needs no update
+                table[r.page_index - 1] = ("host", r.host_block)
+
+    def take_acks(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(enqueued, completed) transfer IDs since the last call; never blocks."""
+        enqueued, self._enqueued = tuple(self._enqueued), []
+        completed = tuple(self.executor.completed())
+        return enqueued, completed
+
+    # -- decode -------------------------------------------------------------------
+
+    def batch(
+        self, topk: Mapping[RequestId, NDArray[np.int32]], step: int
+    ) -> ResolveBatch:
+        """Resident and host rows for each request's top-K, from the block table."""
+        b = self.spec.block_tokens
+        names = list(topk)
+        k = topk[names[0]].shape[0] if names else 0
+        pos = np.stack([topk[r] for r in names]) if names else np.zeros((0, k), np.int32)
+        resident = np.full(pos.shape, -1, np.int32)
+        host = np.full(pos.shape, -1, np.int32)
+        for e, r in enumerate(names):
+            table = self.tables.tables[r]
+            gpu = np.array([w[1] if w[0] == "gpu" else -1 for w in table], np.int64)
+            hst = np.array([w[1] if w[0] == "host" else -1 for w in table], np.int64)
+            p = pos[e]
+            valid = p >= 0
+            page = np.where(valid, p // b, 0)
+            off = np.where(valid, p % b, 0)
+            g, h = gpu[page], hst[page]
+            resident[e] = np.where(valid & (g >= 0), g * b + off, -1)
+            host[e] = np.where(valid & (g < 0), h * b + off, -1)
+        slots = np.array([self.tables.slots[r] for r in names], np.int32)
+        return ResolveBatch(slots=slots, topk=pos, resident_row=resident, host_row=host, step=step)
+
+    def decode(
+        self, topk_by_leader: Mapping[int, Mapping[RequestId, NDArray[np.int32]]], step: int
+    ) -> DecodeResult:
+        """Resolve each leader's top-K (one resolver launch per leader cache), then
+        replay its miss plan on its followers (copy only)."""
+        rows: dict[int, NDArray[np.int32]] = {}
+        plans: dict[int, NDArray[np.int32]] = {}
+        res_hits = hot_hits = misses = 0
+        for h in self.handles:
+            rt = h.runtime
+            if rt.is_follower:
+                self.executor.replay(rt.pools, plans[rt.leader])
+                rows[h.layer] = rows[rt.leader]
+                self.h2d_bytes += len(plans[rt.leader]) * self.spec.row_bytes
+                continue
+            result: ResolveResult = self.executor.resolve(
+                rt.pools, self.batch(topk_by_leader[h.layer], step)
+            )
+            rows[h.layer], plans[h.layer] = result.rows, result.plan
+            res_hits += result.resident_hits
+            hot_hits += result.hot_hits
+            misses += result.misses
+            self.h2d_bytes += len(result.plan) * self.spec.row_bytes
+        return DecodeResult(rows, res_hits, hot_hits, misses)

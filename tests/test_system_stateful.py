@@ -1,0 +1,206 @@
+"""The whole system on the reference executor, driven by Hypothesis with faults.
+
+Requests arrive (some sharing prefixes), decode with random top-K, get spilled
+under GPU pressure, finish or abort at any point; the stream completes copies
+late and in batches; worker metas are delayed, batched, duplicated and delivered
+out of order; malformed metadata and bad IDs are thrown at both sides. After
+every step all protocol invariants hold (the coordinator checks them on every
+action) and every row the resolver returned holds exactly the bytes written for
+its position. Bad input gets a typed error and changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from hisparse.connector import MalformedMetadata
+from hisparse.simulate import SimulateOptions, Simulation
+from hisparse.spec.errors import UnknownTransfer
+from hisparse.spec.invariants import INVARIANTS, PROPERTIES
+from hisparse.spec.messages import (
+    CONNECTOR_METADATA,
+    WORKER_META,
+    HiSparseConnectorMetadata,
+    HiSparseWorkerMeta,
+    SparseKVPageTransfer,
+)
+from hisparse.worker import WorkerError
+
+STEPS = {"total": 0}
+OPTS = SimulateOptions(
+    requests=0, steps=0, top_k=16, block_tokens=8, row_bytes=32, layers=3,
+    gpu_blocks=14, host_blocks=12, min_pages=2, max_pages=5, prefixes=2,
+    prefix_pages=2, concurrency=4,
+)
+
+
+def snapshot(sim: Simulation) -> Any:
+    """Everything a refused input must leave alone."""
+    w = sim.worker
+    return (
+        sim.coordinator.state.clone(),
+        copy.deepcopy(sim.kv.__dict__),
+        copy.deepcopy(w.tables),
+        [h.runtime.pools.device.copy() for h in w.handles],
+        [h.runtime.pools.host.copy() for h in w.handles],
+        sim.executor.queued(),
+    )
+
+
+def same(a: Any, b: Any) -> bool:
+    import numpy as np
+
+    return all(
+        all(np.array_equal(x, y) for x, y in zip(u, v, strict=True)) if isinstance(u, list)
+        and u and hasattr(u[0], "shape") else u == v
+        for u, v in zip(a, b, strict=True)
+    )
+
+
+class SystemStateful(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sim = Simulation(OPTS)
+        self.n = 0
+        self.held: list[HiSparseWorkerMeta] = []
+        self.delivered: list[HiSparseWorkerMeta] = []
+        self.t = 0
+
+    def _refused(self, call: Any, errors: tuple[type[Exception], ...]) -> None:
+        before = snapshot(self.sim)
+        try:
+            call()
+        except errors:
+            assert same(before, snapshot(self.sim)), "a refused input changed the state"
+        else:
+            raise AssertionError("bad input was accepted")
+
+    @rule()
+    def new_request(self) -> None:
+        if self.n < 40:
+            self.sim._new_request(self.n)
+            self.n += 1
+
+    @rule()
+    def schedule(self) -> None:
+        """Admissions (spilling under GPU pressure), finishes, random aborts."""
+        self.sim._schedule()
+
+    @rule(r=st.integers(0, 39))
+    def abort(self, r: int) -> None:
+        name = f"req{r}"
+        if name in self.sim.running:
+            self.sim.coordinator.abort(name)
+            self.sim.worker.release(name)
+            del self.sim.running[name]
+        elif name in self.sim.pending:
+            self.sim.coordinator.abort(name)
+            self.sim.pending.remove(name)
+
+    @rule()
+    def send_commands(self) -> None:
+        meta = self.sim.sched.build_connector_meta()
+        if meta is not None:
+            self.sim.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+
+    @rule()
+    def decode(self) -> None:
+        """Decode needs this step's commands applied first (as an engine step does)."""
+        self.send_commands()
+        topk = {r: self.sim._topk(r) for r in self.sim.running}
+        if topk:
+            self.t += 1
+            leaders = {lead: topk for lead in set(self.sim.config.leaders)}
+            before = self.sim.report.data_mismatches
+            result = self.sim.worker.decode(leaders, step=self.t)
+            self.sim._verify(result.rows, topk)
+            assert self.sim.report.data_mismatches == before, "resolver returned wrong bytes"
+
+    @rule(n=st.integers(0, 4))
+    def complete_copies(self, n: int) -> None:
+        self.sim.executor.release(min(n, len(self.sim.executor.queued())))
+
+    @rule()
+    def take_worker_meta(self) -> None:
+        meta = self.sim.wconn.get_worker_meta()
+        if meta is not None:
+            self.held.append(meta)
+
+    @rule(data=st.data())
+    def deliver(self, data: st.DataObject) -> None:
+        """Deliver a held meta, possibly out of order; an early one may be refused."""
+        if not self.held:
+            return
+        i = data.draw(st.integers(0, len(self.held) - 1))
+        before = snapshot(self.sim)
+        try:
+            self.sim.sched.update_connector_output(WORKER_META.dump_json(self.held[i]))
+        except UnknownTransfer:
+            assert i > 0, "the oldest meta must always be accepted"
+            assert same(before, snapshot(self.sim))
+        else:
+            self.delivered.append(self.held.pop(i))
+
+    @rule(data=st.data())
+    def duplicate(self, data: st.DataObject) -> None:
+        if self.delivered:
+            meta = data.draw(st.sampled_from(self.delivered))
+            self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownTransfer,))
+
+    @rule(tid=st.integers(10_000, 20_000), done=st.booleans())
+    def unknown_ack(self, tid: int, done: bool) -> None:
+        meta = HiSparseWorkerMeta(completed=(tid,)) if done else HiSparseWorkerMeta(enqueued=(tid,))
+        self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownTransfer,))
+
+    @rule(raw=st.sampled_from([b"{", b'{"enqueued": [1, 1]}', b'{"completed": "x"}',
+                                b'{"enqueued": [], "extra": 1}']))
+    def malformed_worker_meta(self, raw: bytes) -> None:
+        self._refused(lambda: self.sim.sched.update_connector_output(raw), (MalformedMetadata,))
+
+    @rule(raw=st.sampled_from([b"[]", b'{"transfers": [{"transfer_id": -1}]}',
+                                b'{"replacements": [{"request_id": ""}]}']))
+    def malformed_connector_metadata(self, raw: bytes) -> None:
+        self._refused(lambda: self.sim.wconn.bind_connector_metadata(raw), (MalformedMetadata,))
+
+    @rule(src=st.integers(0, 100), dst=st.integers(0, 100))
+    def out_of_range_transfer(self, src: int, dst: int) -> None:
+        spec = self.sim.worker.spec
+        if src < spec.gpu_blocks and dst < spec.host_blocks:
+            return
+        meta = HiSparseConnectorMetadata(
+            transfers=(SparseKVPageTransfer(transfer_id=99_999, src_gpu_block=src, dst_host_block=dst),)
+        )
+        self._refused(lambda: self.sim.wconn.bind_connector_metadata(meta), (WorkerError,))
+
+    @invariant()
+    def protocol_invariants(self) -> None:
+        STEPS["total"] += 1
+        for name, check in INVARIANTS.items():
+            assert check(self.sim.coordinator.state) == [], name
+        pool, s = self.sim.kv, self.sim.coordinator.state
+        for g, owner in enumerate(s.gpu_owner):  # HMA and the coordinator agree
+            assert pool.is_free(g) == (owner is None), g
+            assert pool.is_pinned(g) == s.src_pin[g], g
+
+    def teardown(self) -> None:
+        sim = self.sim
+        for meta in self.held:  # deliver what was held back, oldest first
+            sim.sched.update_connector_output(meta)
+        sim.drain()
+        for name, check in PROPERTIES.items():
+            assert check(sim.coordinator.state) == [], name
+
+
+def test_system_with_faults() -> None:
+    STEPS["total"] = 0
+    run_state_machine_as_test(
+        SystemStateful,
+        settings=settings(max_examples=300, stateful_step_count=100, deadline=None),
+    )
+    print(f"system steps: {STEPS['total']}")
+    assert STEPS["total"] >= 20_000
