@@ -235,18 +235,29 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="run a benchmark and print its figures")
-    p.add_argument("target", choices=["protocol"], help="what to measure")
+    p.add_argument("target", choices=["protocol", "coordinator"], help="what to measure")
     p.add_argument("--lifecycles", type=int, default=5000, help="spill lifecycles to time")
     p.add_argument(
-        "--background", type=int, default=256, help="other running requests held resident"
+        "--requests", type=int, default=256, help="running requests held resident"
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="write the figures as JSON")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from hisparse.bench import protocol
+    from hisparse.bench import coordinator, protocol
 
-    figures = protocol.run(args.lifecycles, args.background)
+    if args.target == "coordinator":
+        doc = coordinator.run(running=args.requests)
+        for mode in ("check_off", "check_on"):
+            f = doc[mode]
+            print(f"invariants {mode.replace('_', ' ')}: spill lifecycle "
+                  f"{f['spill_lifecycle_us']:.1f} µs, idle decode step {f['idle_step_us']:.2f} µs"
+                  f" ({doc['running_requests']} running requests)")
+        if args.json is not None:
+            args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        return EXIT_OK
+
+    figures = protocol.run(args.lifecycles, args.requests)
     for mode in ("check_off", "check_on"):
         per = figures[f"per_action_us_{mode}"]
         print(f"per action, invariants {mode.replace('_', ' ')} (µs):")
