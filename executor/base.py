@@ -100,8 +100,12 @@ class Executor(Protocol[PoolsT]):
     *completed* ack (the bytes are in the host pool and may be published).
     """
 
-    def allocate(self, spec: PoolSpec) -> PoolsT:
-        """Pools for one cache: zeroed bytes, every hot row empty (tag and stamp -1)."""
+    def allocate(self, spec: PoolSpec, *, lru: bool = True) -> PoolsT:
+        """Pools for one cache: zeroed bytes, every hot row empty (tag and stamp -1).
+
+        ``lru=False`` is for index-sharing followers: no ``hot_tag``/``hot_stamp`` rows
+        (shape ``[0, H]``), so they hold no LRU state and can only be replayed into.
+        """
         ...
 
     def enqueue_spill(

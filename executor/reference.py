@@ -45,9 +45,10 @@ class ReferenceExecutor:
     def __init__(self) -> None:
         self._stream = SpillStream()
 
-    def allocate(self, spec: PoolSpec) -> ReferencePools:
-        """Zeroed pools with every hot row empty."""
-        hot_shape = (spec.slots, spec.hot_rows)
+    def allocate(self, spec: PoolSpec, *, lru: bool = True) -> ReferencePools:
+        """Zeroed pools with every hot row empty; ``lru=False`` (an index-sharing
+        follower) allocates no LRU state: such pools can only be replayed into."""
+        hot_shape = (spec.slots if lru else 0, spec.hot_rows)
         return ReferencePools(
             spec=spec,
             device=np.zeros((spec.device_rows, spec.row_bytes), dtype=np.uint8),

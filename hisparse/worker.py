@@ -98,7 +98,8 @@ class HiSparseWorker:
         self.tables = BlockTables()
         self.handles: list[HiSparseCacheHandle] = []
         for layer, leader in enumerate(config.leaders):
-            runtime = HiSparseRuntime(layer, leader, executor.allocate(self.spec))
+            pools = executor.allocate(self.spec, lru=layer == leader)
+            runtime = HiSparseRuntime(layer, leader, pools)
             self.handles.append(HiSparseCacheHandle(layer, runtime, self.tables))
         self._free_slots = list(range(slots - 1, -1, -1))
         self._enqueued: list[int] = []

@@ -59,3 +59,14 @@ def test_block_pool_refusals() -> None:
     with pytest.raises(BlockPoolError):
         narrow_gpu_block(None, 1)  # the source group has no GPU pool
     assert narrow_gpu_block(0, 1) == 1
+
+
+def test_followers_hold_no_lru_state() -> None:
+    from hisparse.executor.reference import ReferenceExecutor
+    from hisparse.worker import HiSparseWorker
+
+    cfg = HiSparseConfig(host_pool_gib=8 * 16 * 64 * 3 / GIB, block_tokens=16, row_bytes=64,
+                         top_k=16, layers=3, index_leaders=(0, 0, 2))
+    w = HiSparseWorker(cfg, ReferenceExecutor(), gpu_blocks=4, slots=2)
+    shapes = [h.runtime.pools.hot_tag.shape[0] for h in w.handles]
+    assert shapes == [2, 0, 2]
