@@ -10,9 +10,9 @@ process boundary are validated once here, through the per-direction adapters.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from hisparse.spec.errors import ProtocolError
 from hisparse.spec.messages import (
@@ -22,6 +22,8 @@ from hisparse.spec.messages import (
     HiSparseWorkerMeta,
 )
 
+M = TypeVar("M")
+
 if TYPE_CHECKING:
     from hisparse.coordinator import HiSparseCoordinator
     from hisparse.worker import HiSparseWorker
@@ -29,6 +31,14 @@ if TYPE_CHECKING:
 
 class MalformedMetadata(ProtocolError):
     """Bytes from the other side failed validation; nothing was applied."""
+
+
+def _decode(adapter: TypeAdapter[M], raw: bytes, what: str) -> M:
+    """Validate bytes from the other process once; a failure applies nothing."""
+    try:
+        return adapter.validate_json(raw)
+    except ValidationError as exc:
+        raise MalformedMetadata(f"{what}: {exc}") from None
 
 
 class KVConnectorRole(enum.Enum):
@@ -76,10 +86,7 @@ class HiSparseConnector:
         if worker_meta is None:
             return
         if isinstance(worker_meta, bytes):
-            try:
-                worker_meta = WORKER_META.validate_json(worker_meta)
-            except ValidationError as exc:
-                raise MalformedMetadata(f"worker meta: {exc}") from None
+            worker_meta = _decode(WORKER_META, worker_meta, "worker meta")
         self.coordinator.on_worker_meta(worker_meta)
 
     # -- worker side ------------------------------------------------------------
@@ -97,10 +104,7 @@ class HiSparseConnector:
         if meta is None:
             return
         if isinstance(meta, bytes):
-            try:
-                meta = CONNECTOR_METADATA.validate_json(meta)
-            except ValidationError as exc:
-                raise MalformedMetadata(f"connector metadata: {exc}") from None
+            meta = _decode(CONNECTOR_METADATA, meta, "connector metadata")
         self.worker.apply(meta)
 
     def get_worker_meta(self) -> HiSparseWorkerMeta | None:

@@ -11,6 +11,8 @@ from collections.abc import Generator
 
 import pytest
 
+from hisparse.tlc import TlcError, TlcInstall, ensure_tlc
+
 GPU_WORD = "GPU"
 
 
@@ -61,3 +63,12 @@ def pytest_runtest_makereport(
             report.outcome = "failed"
             report.longrepr = f"skipped in CI, which allows only GPU skips: {reason}"
     return report
+
+
+@pytest.fixture(scope="session")
+def tlc() -> TlcInstall:
+    """The verified TLC install; a missing tool is a failure, never a skip."""
+    try:
+        return ensure_tlc()
+    except TlcError as exc:
+        pytest.fail(f"TLC is required for these tests and is not usable: {exc}", pytrace=False)

@@ -28,14 +28,7 @@ pytestmark = pytest.mark.tlc
 TRACES_NEEDED = 200
 
 
-@pytest.fixture(scope="module")
-def tlc_install() -> TlcInstall:
-    from hisparse.tlc import ensure_tlc
-
-    return ensure_tlc()
-
-
-def test_hypothesis_traces_are_accepted(tmp_path: Path, tlc_install: TlcInstall) -> None:
+def test_hypothesis_traces_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None:
     recorded: list[Path] = []
 
     class Recording(ProtocolStateful):
@@ -56,7 +49,7 @@ def test_hypothesis_traces_are_accepted(tmp_path: Path, tlc_install: TlcInstall)
     )
     Recording.TestCase().runTest()
     assert len(recorded) >= TRACES_NEEDED
-    result = check_traces(recorded, install=tlc_install)
+    result = check_traces(recorded, install=tlc)
     bad = [v.line() for v in result.rejected]
     assert result.accepted and not bad, bad
     assert result.steps >= 10 * TRACES_NEEDED  # mean length of at least ten steps
@@ -68,7 +61,7 @@ INVARIANT_BUGS = [b for b in BUGS if b.kind == "invariant"]
 
 @pytest.mark.parametrize("bug", INVARIANT_BUGS, ids=lambda b: b.name)
 def test_buggy_machine_traces_are_rejected_by_the_same_invariant(
-    tmp_path: Path, tlc_install: TlcInstall, bug: object
+    tmp_path: Path, tlc: TlcInstall, bug: object
 ) -> None:
     from hisparse.bugs import InjectedBug
     from hisparse.spec.errors import InvariantViolation
@@ -96,7 +89,7 @@ def test_buggy_machine_traces_are_rejected_by_the_same_invariant(
     trace = machine_trace(m)  # type: ignore[arg-type]
     declared = tmp_path / "declared.jsonl"
     write_trace(declared, trace)
-    result = check_traces([declared], install=tlc_install)
+    result = check_traces([declared], install=tlc)
     (verdict,) = result.files
     assert verdict.verdict == "rejected"
     assert verdict.step == len(trace.steps), verdict.line()  # the step Python caught
@@ -113,7 +106,7 @@ def test_buggy_machine_traces_are_rejected_by_the_same_invariant(
         undeclared,
         trace.model_copy(update={"header": trace.header.model_copy(update={"bug": "none"})}),
     )
-    (verdict,) = check_traces([undeclared], install=tlc_install).files
+    (verdict,) = check_traces([undeclared], install=tlc).files
     assert verdict.verdict == "rejected", verdict.line()
 
 
@@ -122,7 +115,7 @@ def long_universe(n: int) -> dict[str, tuple[str, ...]]:
     return {f"q{i}": tuple(f"p{i % 3}k{j}" for j in range(1 + i % 3)) for i in range(n)}
 
 
-def test_long_random_walks_are_accepted(tmp_path: Path, tlc_install: TlcInstall) -> None:
+def test_long_random_walks_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None:
     from tests.protocol_helpers import random_walk
 
     paths = []
@@ -135,7 +128,7 @@ def test_long_random_walks_are_accepted(tmp_path: Path, tlc_install: TlcInstall)
         path = tmp_path / f"walk{seed}.jsonl"
         write_trace(path, machine_trace(m))
         paths.append(path)
-    result = check_traces(paths, install=tlc_install)
+    result = check_traces(paths, install=tlc)
     assert result.accepted, [v.line() for v in result.rejected]
     assert result.longest >= 300
     print(f"{len(paths)} walks, {result.steps} steps, longest {result.longest}, "

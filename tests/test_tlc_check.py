@@ -15,21 +15,12 @@ from typing import Any
 import pytest
 
 from hisparse.bugs import BUGS, InjectedBug
-from hisparse.tlc import TlcChecksumMismatch, TlcError, TlcInstall, TlcUnavailable, ensure_tlc
+from hisparse.tlc import TlcChecksumMismatch, TlcError, TlcInstall, TlcUnavailable
 from hisparse.tlc import cfg as cfgfile
 from hisparse.tlc.acquire import JAR_NAME, JAR_SHA256, require_tool, verify_jar
 from hisparse.tlc.output import TEMPORAL, parse_output
 
 # --- end to end (needs Java + TLC) -------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def tlc() -> TlcInstall:
-    """The verified TLC install; a missing tool is a failure, never a skip."""
-    try:
-        return ensure_tlc()
-    except TlcError as exc:
-        pytest.fail(f"TLC is required for these tests and is not usable: {exc}", pytrace=False)
 
 
 def hisparse(*args: str) -> subprocess.CompletedProcess[str]:

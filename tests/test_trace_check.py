@@ -19,21 +19,12 @@ from typing import Any
 import pytest
 
 from hisparse.spec.trace import FORMAT, WRITES, Trace, TraceHeader, TraceStep, write_trace
-from hisparse.tlc import TlcError, TlcInstall, ensure_tlc
+from hisparse.tlc import TlcInstall
 from hisparse.tracecheck import check_traces
 
 pytestmark = pytest.mark.tlc
 
 JSON = dict[str, Any]
-
-
-@pytest.fixture(scope="session")
-def tlc() -> TlcInstall:
-    """The verified TLC install; a missing tool is a failure, never a skip."""
-    try:
-        return ensure_tlc()
-    except TlcError as exc:
-        pytest.fail(f"TLC is required for these tests and is not usable: {exc}", pytrace=False)
 
 
 def header(requests: dict[str, list[str]]) -> JSON:
