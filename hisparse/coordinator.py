@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from hisparse.blockpool import KVCacheManager
 from hisparse.config import HiSparseConfig
-from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
+from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import BlockTableReplacement, HiSparseWorkerMeta, SparseKVPageTransfer
 from hisparse.spec.state import Key, Loc, Page, ProtocolConfig, ProtocolState, RequestId
@@ -90,7 +90,7 @@ class HiSparseCoordinator:
             return None
         try:
             self.machine.Arrive(request_id, blocks=blocks)
-        except Exception:
+        except ProtocolError:  # refused: hand the blocks back, change nothing
             self.kv.free(blocks)
             raise
         hits = len(self.state.page_keys[request_id]) - need
