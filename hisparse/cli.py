@@ -206,6 +206,8 @@ def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--requests", type=int, default=d.requests)
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--speculative", type=int, default=d.speculative,
+                   help="extra verification steps resolved per request per decode")
     p.add_argument("--json", type=Path, metavar="PATH", help="write the figures as JSON")
     p.add_argument("--trace", type=Path, metavar="PATH",
                    help="record the protocol trace (for hisparse check --trace)")
@@ -216,7 +218,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from hisparse.simulate import SimulateOptions, report_json, simulate
 
     opts = SimulateOptions(
-        requests=args.requests, steps=args.steps, seed=args.seed, trace=args.trace
+        requests=args.requests, steps=args.steps, seed=args.seed,
+        speculative=args.speculative, trace=args.trace,
     )
     rep = simulate(opts, progress=not args.no_progress)
     doc = report_json(rep)

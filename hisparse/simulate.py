@@ -47,6 +47,7 @@ class SimulateOptions:
     prefix_pages: int = 3
     abort_rate: float = 0.03
     concurrency: int = 12
+    speculative: int = 0  # extra verification steps resolved per request per decode
     check: bool = True
     trace: Path | None = None
 
@@ -93,6 +94,7 @@ class Simulation:
             block_tokens=opts.block_tokens,
             row_bytes=opts.row_bytes,
             top_k=opts.top_k,
+            num_speculative_tokens=opts.speculative,
             layers=opts.layers,
             index_leaders=leaders,
         )
@@ -130,6 +132,11 @@ class Simulation:
         self.report.requests += 1
 
     def _topk(self, r: str) -> NDArray[np.int32]:
+        """[S, K] for S = speculative + 1 verification steps (or [K] without speculation)."""
+        steps = [self._topk_one(r) for _ in range(self.o.speculative + 1)]
+        return steps[0] if len(steps) == 1 else np.stack(steps)
+
+    def _topk_one(self, r: str) -> NDArray[np.int32]:
         """Locality: the recent tail, a cluster around a drifting centre, a few random."""
         n = len(self.coordinator.state.page_keys[r]) * self.o.block_tokens
         k = self.o.top_k
@@ -160,10 +167,11 @@ class Simulation:
         self, rows: dict[int, NDArray[np.int32]], topk: dict[str, NDArray[np.int32]]
     ) -> None:
         s, b = self.coordinator.state, self.o.block_tokens
+        entries = [(r, t) for r, ts in topk.items() for t in np.atleast_2d(ts)]
         for layer, got in rows.items():
             device = self.worker.handles[layer].runtime.pools.device
-            for e, r in enumerate(topk):
-                for k, pos in enumerate(topk[r].tolist()):
+            for e, (r, t) in enumerate(entries):
+                for k, pos in enumerate(t.tolist()):
                     if pos < 0:
                         continue
                     key = self._key_id(s.page_keys[r][pos // b])

@@ -171,11 +171,16 @@ class HiSparseWorker:
     def batch(
         self, topk: Mapping[RequestId, NDArray[np.int32]], step: int
     ) -> ResolveBatch:
-        """Resident and host rows for each request's top-K, from the block table."""
+        """Resident and host rows for each request's top-K, from the block table.
+
+        A request's top-K is [K], or [S, K] for S speculative verification steps,
+        which become S consecutive entries of its slot, resolved in order.
+        """
         b = self.spec.block_tokens
-        names = list(topk)
-        k = topk[names[0]].shape[0] if names else 0
-        pos = np.stack([topk[r] for r in names]) if names else np.zeros((0, k), np.int32)
+        per = {r: np.atleast_2d(t) for r, t in topk.items()}
+        names = [r for r, t in per.items() for _ in range(t.shape[0])]
+        k = next(iter(per.values())).shape[1] if per else 0
+        pos = np.concatenate(list(per.values())) if per else np.zeros((0, k), np.int32)
         resident = np.full(pos.shape, -1, np.int32)
         host = np.full(pos.shape, -1, np.int32)
         for e, r in enumerate(names):

@@ -23,6 +23,13 @@ def test_simulate_is_clean_and_covers_every_path(seed: int) -> None:
     assert rep.invariant_checks > 0
 
 
+def test_simulate_with_speculative_steps() -> None:
+    """Two extra verification steps per request share one hot state, resolved in order."""
+    rep = simulate(SimulateOptions(seed=0, speculative=2))
+    assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
+    assert rep.spills > 0 and rep.hot_hits > 0 and rep.misses > 0
+
+
 @pytest.mark.tlc
 def test_simulate_cli_json_and_trace_accepted(tmp_path: Path) -> None:
     out, trace = tmp_path / "sim.json", tmp_path / "sim.jsonl"
