@@ -15,6 +15,7 @@ bytes unchanged, until its enqueued ack is consumed.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,6 +63,8 @@ class HiSparseCoordinator:
         self._replacements: list[BlockTableReplacement] = []
         self._publish_order: dict[int, int] = {}  # host block -> publish tick (eviction LRU)
         self._tick = 0
+        # candidate free host blocks (a heap; a block freed later is pushed again)
+        self._host_free = list(range(self.state.config.host_blocks))
         self.spills = 0
         self.prefix_hits = 0
 
@@ -134,10 +137,11 @@ class HiSparseCoordinator:
 
     def _free_host_block(self) -> int | None:
         s = self.state
-        if s.host_in_use() >= s.config.host_capacity and not self._evict_one():
+        if s.host_used >= s.config.host_capacity and not self._evict_one():
             return None
-        for h, st in enumerate(s.host_state):
-            if st == "free":
+        while self._host_free:  # lowest free block first; stale entries are skipped
+            h = heapq.heappop(self._host_free)
+            if s.host_state[h] == "free":
                 return h
         return None
 
@@ -152,6 +156,7 @@ class HiSparseCoordinator:
         h = min(victims, key=lambda b: self._publish_order.get(b, 0))
         self.machine.EvictHost(h)
         self._publish_order.pop(h, None)
+        heapq.heappush(self._host_free, h)
         return True
 
     def spill(self, page: Page) -> int | None:
@@ -241,3 +246,5 @@ class HiSparseCoordinator:
             if s.host_state[h] == "valid":
                 self._tick += 1
                 self._publish_order[h] = self._tick
+            else:  # an aborted request's page was discarded
+                heapq.heappush(self._host_free, h)

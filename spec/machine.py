@@ -96,6 +96,14 @@ class ProtocolMachine:
             s.host_refs[where[1]] = s.host_refs.get(where[1], 0) + 1
         s.loc[p] = where
 
+    def _host_to(self, h: int, trigger: str) -> None:
+        """Fire a host-page lifecycle trigger, keeping the in-use count in step."""
+        s = self.state
+        old = s.host_state[h]
+        new = cast(HostState, HOST_PAGE.next(old, trigger))
+        s.host_used += (new != "free") - (old != "free")
+        s.host_state[h] = new
+
     def _request(self, action: str, r: RequestId) -> None:
         if r not in self.state.req:
             raise ActionNotEnabled(action, f"unknown request {r!r}")
@@ -183,7 +191,7 @@ class ProtocolMachine:
             if self.bug == "round_up_pool"
             else s.config.host_capacity
         )
-        if s.host_in_use() >= cap:
+        if s.host_used >= cap:
             raise ActionNotEnabled(a, f"host pool full ({cap} blocks in use)")
         g = where[1]
         if s.src_pin[g]:
@@ -191,7 +199,7 @@ class ProtocolMachine:
         tid = s.next_transfer_id
         s.next_transfer_id += 1
         s.transfer_dst[tid] = h
-        s.host_state[h] = cast(HostState, HOST_PAGE.next(s.host_state[h], "lease"))
+        self._host_to(h, "lease")
         s.host_key[h] = s.key_of(p)
         s.spill[h] = Spill(g, p, "sent", tid)
         s.down[tid] = Transfer(tid, g, h)
@@ -274,13 +282,13 @@ class ProtocolMachine:
             if not (published_early and s.host_state[h] == "valid"):
                 self._publish(h)
         else:
-            s.host_state[h] = cast(HostState, HOST_PAGE.next(s.host_state[h], "discard"))
+            self._host_to(h, "discard")
             s.host_key[h] = None
             s.host_data[h] = GARBAGE
 
     def _publish(self, h: int) -> None:
         s = self.state
-        s.host_state[h] = cast(HostState, HOST_PAGE.next(s.host_state[h], "publish"))
+        self._host_to(h, "publish")
         k = s.host_key[h]
         assert k is not None
         s.prefix[k].add(h)
@@ -318,6 +326,7 @@ class ProtocolMachine:
         if self.bug == "abort_frees_inflight_host":
             for h, sp in enumerate(s.spill):
                 if sp is not None and sp.page in mine:
+                    s.host_used -= s.host_state[h] != "free"
                     s.host_state[h] = "free"
                     s.host_key[h] = None
                     s.spill[h] = None
@@ -333,7 +342,7 @@ class ProtocolMachine:
             raise ActionNotEnabled(a, f"host block {h} is still referenced")
         k = s.host_key[h]
         assert k is not None
-        s.host_state[h] = cast(HostState, HOST_PAGE.next(s.host_state[h], "evict"))
+        self._host_to(h, "evict")
         s.host_key[h] = None
         if self.bug != "evict_keeps_index":
             s.prefix[k].discard(h)

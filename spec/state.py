@@ -135,6 +135,7 @@ class ProtocolState:
     transfer_dst: dict[int, int] = field(default_factory=dict)
     copying_tid: dict[int, int] = field(default_factory=dict)
     host_refs: dict[int, int] = field(default_factory=dict)  # block-table entries per host block
+    host_used: int = 0  # host blocks not free (host_in_use() recomputes it for invariants)
 
     @classmethod
     def initial(cls, config: ProtocolConfig) -> ProtocolState:

@@ -97,6 +97,7 @@ class ProtocolStateful(RuleBasedStateMachine):
     def invariants_hold(self) -> None:
         for name, check in INVARIANTS.items():
             assert check(self.m.state) == [], name
+        assert self.m.state.host_used == self.m.state.host_in_use()  # the hot-path counter
 
     def teardown(self) -> None:
         self.m.drain()

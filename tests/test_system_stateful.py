@@ -183,6 +183,7 @@ class SystemStateful(RuleBasedStateMachine):
         for name, check in INVARIANTS.items():
             assert check(self.sim.coordinator.state) == [], name
         pool, s = self.sim.kv, self.sim.coordinator.state
+        assert s.host_used == s.host_in_use()
         for g, owner in enumerate(s.gpu_owner):  # HMA and the coordinator agree
             assert pool.is_free(g) == (owner is None), g
             assert pool.is_pinned(g) == s.src_pin[g], g
