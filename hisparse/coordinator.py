@@ -98,29 +98,19 @@ class HiSparseCoordinator:
             raise
         hits = len(self.state.page_keys[request_id]) - need
         self.prefix_hits += hits
-        table = tuple(self.state.loc[p] for p in self.state.pages_of(request_id))
-        return Admission(request_id, table, hits)  # type: ignore[arg-type]
-
-    def _release_unpinned(self, request_id: RequestId) -> list[int]:
-        s = self.state
-        return [
-            w[1]
-            for p in s.pages_of(request_id)
-            if (w := s.loc[p]) and w[0] == "gpu" and s.gpu_owner[w[1]] == p
-            and not s.src_pin[w[1]]
-        ]
+        table: list[Loc] = []
+        for p in self.state.pages_of(request_id):
+            where = self.state.loc[p]
+            assert where is not None  # LivePagesReadable: a running request's pages have blocks
+            table.append(where)
+        return Admission(request_id, tuple(table), hits)
 
     def finish(self, request_id: RequestId) -> None:
-        freed = self._release_unpinned(request_id)
-        self.machine.Finish(request_id)
-        self.kv.free(freed)
+        self.kv.free(self.machine.Finish(request_id))
 
     def abort(self, request_id: RequestId) -> None:
         """Abort at any moment; pinned blocks go back at their enqueued ack."""
-        running = self.state.req.get(request_id) == "running"
-        freed = self._release_unpinned(request_id) if running else []
-        self.machine.Abort(request_id)
-        self.kv.free(freed)
+        self.kv.free(self.machine.Abort(request_id))
 
     # -- spills ---------------------------------------------------------------
 

@@ -293,7 +293,8 @@ class ProtocolMachine:
         assert k is not None
         s.prefix[k].add(h)
 
-    def _end(self, r: RequestId, how: str) -> None:
+    def _end(self, r: RequestId, how: str) -> list[int]:
+        """End r; returns the GPU blocks handed back to HMA (pinned ones wait)."""
         s = self.state
         s.req[r] = cast(ReqState, REQUEST.next(s.req[r], how))
         # a page's resident lease is always the block its entry names (LivePagesReadable)
@@ -301,28 +302,31 @@ class ProtocolMachine:
         for p in s.pages_of(r):
             self._set_loc(p, None)
         if how == "abort" and self.bug == "abort_keeps_resident_blocks":
-            return
-        for p, g in resident:
-            if s.gpu_owner[g] == p and not s.src_pin[g]:
-                s.gpu_owner[g] = None
-                s.gpu_data[g] = GARBAGE
+            return []
+        freed = [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]
+        for g in freed:
+            s.gpu_owner[g] = None
+            s.gpu_data[g] = GARBAGE
+        return freed
 
-    def Finish(self, r: RequestId) -> None:
-        """r finishes: drop its table entries, return unpinned GPU blocks to HMA."""
+    def Finish(self, r: RequestId) -> list[int]:
+        """r finishes: drop its table entries; returns the GPU blocks given back to HMA."""
         self._request("Finish", r)
         if self.state.req[r] != "running":
             raise ActionNotEnabled("Finish", f"request {r!r} is {self.state.req[r]}")
-        self._end(r, "finish")
+        freed = self._end(r, "finish")
         self._done("Finish", {"request": r})
+        return freed
 
-    def Abort(self, r: RequestId) -> None:
-        """r is aborted at any moment; pinned blocks wait for their enqueued ack."""
+    def Abort(self, r: RequestId) -> list[int]:
+        """r is aborted at any moment; returns the GPU blocks given back to HMA
+        (pinned ones wait for their enqueued ack)."""
         s = self.state
         self._request("Abort", r)
         if not REQUEST.allows(s.req[r], "abort"):
             raise ActionNotEnabled("Abort", f"request {r!r} is {s.req[r]}")
         mine = set(s.pages_of(r))
-        self._end(r, "abort")
+        freed = self._end(r, "abort")
         if self.bug == "abort_frees_inflight_host":
             for h, sp in enumerate(s.spill):
                 if sp is not None and sp.page in mine:
@@ -331,6 +335,7 @@ class ProtocolMachine:
                     s.host_key[h] = None
                     s.spill[h] = None
         self._done("Abort", {"request": r})
+        return freed
 
     def EvictHost(self, h: int) -> None:
         """Drop a published host page that no block-table entry references."""
