@@ -9,15 +9,18 @@ same shapes and dtypes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.layout import PoolSpec
 
-__all__ = ["CachePools", "Executor", "PoolSpec", "ResolveBatch", "ResolveResult"]
+__all__ = [
+    "CachePools", "Executor", "PoolSpec", "ResolveBatch", "ResolveResult", "Resolved", "Spill",
+]
 
 EMPTY = -1
 """``hot_tag`` / ``hot_stamp`` of a hot row that holds nothing; also padding in ``topk``."""
@@ -87,6 +90,30 @@ class ResolveResult:
     hot_hits: int
     misses: int
 
+    def host(self) -> ResolveResult:
+        """Already on the host: itself (see ``Resolved``)."""
+        return self
+
+
+class Resolved(Protocol):
+    """What ``Executor.resolve`` returns: ``rows`` for attention, ``plan`` for ``replay``.
+
+    Both may live on the device; ``host()`` is the one explicit (and, on an accelerator,
+    synchronizing) way to see the whole result as a ``ResolveResult``.
+    """
+
+    @property
+    def rows(self) -> Any: ...
+
+    @property
+    def plan(self) -> Any: ...
+
+    def host(self) -> ResolveResult: ...
+
+
+Spill = tuple[int, int, int]
+"""One spill copy: (transfer ID, source GPU block, destination host block)."""
+
 
 PoolsT = TypeVar("PoolsT", bound=CachePools)
 
@@ -119,8 +146,25 @@ class Executor(Protocol[PoolsT]):
         """
         ...
 
+    def enqueue_spills(self, pools: PoolsT, spills: Sequence[Spill]) -> None:
+        """``enqueue_spill`` for a whole step's spills of one cache, all or nothing."""
+        ...
+
     def completed(self) -> list[int]:
         """Transfer IDs whose copies have all landed since the last call; never blocks."""
+        ...
+
+    def queued(self) -> list[int]:
+        """Transfer IDs enqueued whose landing has not been observed yet, oldest first."""
+        ...
+
+    def release(self, count: int | None = None) -> None:
+        """Let the ``count`` oldest queued transfers land (all when None), for drains and
+        tests: the reference lands them; an accelerator waits for them."""
+        ...
+
+    def reset_slot(self, pools: PoolsT, slot: int) -> None:
+        """Empty one slot's hot state (every row empty) for a newly admitted request."""
         ...
 
     def read_host_rows(self, pools: PoolsT, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
@@ -132,7 +176,7 @@ class Executor(Protocol[PoolsT]):
         """
         ...
 
-    def resolve(self, pools: PoolsT, batch: ResolveBatch) -> ResolveResult:
+    def resolve(self, pools: PoolsT, batch: ResolveBatch) -> Resolved:
         """Map every top-K position to a device row, filling hot rows on misses.
 
         Atomic: the whole batch is validated (``BadBatch``, ``HotCapacityError``) before
@@ -141,11 +185,27 @@ class Executor(Protocol[PoolsT]):
         """
         ...
 
-    def replay(self, follower: PoolsT, plan: NDArray[np.int32]) -> None:
+    def replay(self, follower: PoolsT, plan: Any) -> None:
         """Apply a leader's miss plan to an index-sharing follower: copies only.
 
         The follower's hot rows receive its own host bytes for the leader's positions, so
         the leader's ``rows`` index the follower's device pool too. The follower's
         ``hot_tag`` / ``hot_stamp`` are not touched: it has no LRU state of its own.
+        ``plan`` is a resolve result's ``plan`` (in whatever form the executor keeps it)
+        or an int32 [m, 2] host array.
         """
+        ...
+
+    def write_device_rows(
+        self, pools: PoolsT, rows: NDArray[np.int64], data: NDArray[np.uint8]
+    ) -> None:
+        """Write whole device rows: prefill in tests and simulations."""
+        ...
+
+    def read_device_rows(self, pools: PoolsT, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
+        """Copy device rows to the host: checkers and tests, never the decode path."""
+        ...
+
+    def snapshot(self, pools: PoolsT) -> dict[str, NDArray[Any]]:
+        """Host copies of ``device``, ``host``, ``hot_tag`` and ``hot_stamp`` (tests)."""
         ...

@@ -7,13 +7,15 @@ stream whose completions the caller releases explicitly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import EMPTY, ResolveBatch, ResolveResult
-from hisparse.executor.errors import BadHostRead, BadTransfer, PendingHostWrite
+from hisparse.executor.base import EMPTY, ResolveBatch, ResolveResult, Spill
+from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer, PendingHostWrite
 from hisparse.executor.layout import PoolSpec
 from hisparse.executor.resolver import decide
 from hisparse.executor.stream import QueuedCopy, SpillStream
@@ -61,21 +63,38 @@ class ReferenceExecutor:
         self, pools: ReferencePools, transfer_id: int, src_gpu_block: int, dst_host_block: int
     ) -> None:
         """Snapshot resident block ``src_gpu_block`` into the stream toward ``dst_host_block``."""
+        self.enqueue_spills(pools, [(transfer_id, src_gpu_block, dst_host_block)])
+
+    def enqueue_spills(self, pools: ReferencePools, spills: Sequence[Spill]) -> None:
+        """Queue several spills of one cache; all are checked before any is queued."""
         spec = pools.spec
-        for name, value, limit in (
-            ("transfer_id", transfer_id, None),
-            ("src_gpu_block", src_gpu_block, spec.gpu_blocks),
-            ("dst_host_block", dst_host_block, spec.host_blocks),
-        ):
-            if not isinstance(value, int | np.integer) or isinstance(value, bool):
-                raise BadTransfer(f"{name} must be an int, got {type(value).__name__}")
-            if value < 0 or (limit is not None and value >= limit):
-                bound = "must be >= 0" if limit is None else f"must be in 0..{limit - 1}"
-                raise BadTransfer(f"{name} {value} {bound}")
+        checked: list[Spill] = []
+        for spill in spills:
+            for name, value, limit in zip(
+                ("transfer_id", "src_gpu_block", "dst_host_block"),
+                spill,
+                (None, spec.gpu_blocks, spec.host_blocks),
+                strict=True,
+            ):
+                if not isinstance(value, int | np.integer) or isinstance(value, bool):
+                    raise BadTransfer(f"{name} must be an int, got {type(value).__name__}")
+                if value < 0 or (limit is not None and value >= limit):
+                    bound = "must be >= 0" if limit is None else f"must be in 0..{limit - 1}"
+                    raise BadTransfer(f"{name} {value} {bound}")
+            checked.append((int(spill[0]), int(spill[1]), int(spill[2])))
+        tids = [t for t, _, _ in checked]
+        dsts = [d for _, _, d in checked]
+        if len(set(tids)) != len(tids):
+            raise BadTransfer("a transfer ID appears twice: one transfer moves one page per cache")
+        if len(set(dsts)) != len(dsts):
+            raise BadTransfer("a host block is the destination of two copies in one batch")
+        for t, _, d in checked:
+            self._stream.check(t, pools.host, d)
         bt = spec.block_tokens
-        start = spec.resident_row(int(src_gpu_block), 0)
-        data = pools.device[start : start + bt].copy()
-        self._stream.push(int(transfer_id), QueuedCopy(pools.host, int(dst_host_block), data))
+        for t, src, d in checked:
+            start = spec.resident_row(src, 0)
+            data = pools.device[start : start + bt].copy()
+            self._stream.push(t, QueuedCopy(pools.host, d, data))
 
     def release(self, count: int | None = None) -> None:
         """Let the ``count`` oldest queued transfers finish (all when None)."""
@@ -112,6 +131,15 @@ class ReferenceExecutor:
                 raise PendingHostWrite(int(block), tid)
         return pools.host[rows].copy()
 
+    def reset_slot(self, pools: ReferencePools, slot: int) -> None:
+        """Empty one slot's hot rows (tags and stamps -1)."""
+        if pools.hot_tag.shape[0] == 0:
+            raise BadBatch("a follower's pools have no hot state to reset")
+        if not 0 <= slot < pools.spec.slots:
+            raise BadBatch(f"slot {slot} outside 0..{pools.spec.slots - 1}")
+        pools.hot_tag[slot] = EMPTY
+        pools.hot_stamp[slot] = EMPTY
+
     def resolve(self, pools: ReferencePools, batch: ResolveBatch) -> ResolveResult:
         """Validate, decide, then commit hot state and miss copies together."""
         check_batch(pools.spec, batch, pools.last_step)
@@ -132,6 +160,30 @@ class ReferenceExecutor:
         """Copy the follower's host rows into the hot rows a leader's plan names."""
         check_plan(follower.spec, plan)
         self._copy_plan(follower, plan)
+
+    def write_device_rows(
+        self, pools: ReferencePools, rows: NDArray[np.int64], data: NDArray[np.uint8]
+    ) -> None:
+        """Write whole device rows (prefill, tests)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= pools.spec.device_rows):
+            raise BadPlan(f"device rows outside 0..{pools.spec.device_rows - 1}")
+        pools.device[rows] = data
+
+    def read_device_rows(
+        self, pools: ReferencePools, rows: NDArray[np.int64]
+    ) -> NDArray[np.uint8]:
+        """Copies of device rows."""
+        return pools.device[np.asarray(rows, dtype=np.int64)].copy()
+
+    def snapshot(self, pools: ReferencePools) -> dict[str, NDArray[Any]]:
+        """Copies of every pool; ``host`` as a direct CPU reader sees it."""
+        return {
+            "device": pools.device.copy(),
+            "host": pools.host.copy(),
+            "hot_tag": pools.hot_tag.copy(),
+            "hot_stamp": pools.hot_stamp.copy(),
+        }
 
     def _copy_plan(self, pools: ReferencePools, plan: NDArray[np.int32]) -> None:
         src = plan[:, 1].astype(np.int64)

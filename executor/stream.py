@@ -35,23 +35,28 @@ class SpillStream:
 
     def push(self, transfer_id: int, copy: QueuedCopy) -> None:
         """Queue ``copy`` under ``transfer_id``; refuse collisions before queueing anything."""
+        self.check(transfer_id, copy.host, copy.dst_block)
+        self._queued.setdefault(transfer_id, []).append(copy)
+
+    def check(self, transfer_id: int, host: NDArray[np.uint8], dst_block: int) -> None:
+        """Raise ``BadTransfer`` if a copy under ``transfer_id`` into ``dst_block`` of pool
+        ``host`` would collide with one already queued or landed."""
         if transfer_id in self._landed:
             raise BadTransfer(
                 f"transfer {transfer_id} has already completed; use a fresh transfer ID"
             )
         for other in self._queued.get(transfer_id, ()):
-            if other.host is copy.host:
+            if other.host is host:
                 raise BadTransfer(
                     f"transfer {transfer_id} already has a copy queued for this cache; "
                     "one transfer moves one page per cache"
                 )
-        pending = self.pending_into(copy.host, copy.dst_block)
+        pending = self.pending_into(host, dst_block)
         if pending is not None:
             raise BadTransfer(
-                f"host block {copy.dst_block} still has copy {pending} queued into it; "
+                f"host block {dst_block} still has copy {pending} queued into it; "
                 "its destination lease is held until that copy completes"
             )
-        self._queued.setdefault(transfer_id, []).append(copy)
 
     def pending_into(self, host: NDArray[np.uint8], block: int) -> int | None:
         """Transfer ID of the queued copy into ``block`` of pool ``host``, if any."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hisparse import docs
 from hisparse.bugs import BUGS
+from hisparse.executor.errors import ExecutorError
 from hisparse.spec.trace import TraceFormatError
 from hisparse.tlc import (
     MODELS,
@@ -201,8 +202,8 @@ def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
     d = SimulateOptions()
     p = sub.add_parser("simulate", help="run the synthetic decode workload end to end")
-    p.add_argument("--executor", choices=["reference"], default="reference",
-                   help="executor (the CUDA executor is not built yet)")
+    p.add_argument("--executor", choices=["reference", "cuda"], default="reference",
+                   help="reference (NumPy, runs anywhere) or cuda (CuPy, NVIDIA GPU)")
     p.add_argument("--requests", type=int, default=d.requests)
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--seed", type=int, default=d.seed)
@@ -219,9 +220,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     opts = SimulateOptions(
         requests=args.requests, steps=args.steps, seed=args.seed,
-        speculative=args.speculative, trace=args.trace,
+        speculative=args.speculative, trace=args.trace, executor=args.executor,
     )
-    rep = simulate(opts, progress=not args.no_progress)
+    try:
+        rep = simulate(opts, progress=not args.no_progress)
+    except ExecutorError as exc:  # CudaUnavailable: no CuPy / GPU; config errors
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     doc = report_json(rep)
     for key, value in doc.items():
         if key != "notes":
@@ -238,17 +243,59 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="run a benchmark and print its figures")
-    p.add_argument("target", choices=["protocol", "coordinator"], help="what to measure")
+    p.add_argument("target", choices=["protocol", "coordinator", "resolver", "spill"],
+                   help="what to measure (resolver and spill need an NVIDIA GPU)")
     p.add_argument("--lifecycles", type=int, default=5000, help="spill lifecycles to time")
     p.add_argument(
         "--requests", type=int, default=256, help="running requests held resident"
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="write the figures as JSON")
+    p.add_argument("--reps", type=int, default=100, help="timed repetitions (GPU targets)")
+    p.add_argument("--batches", default="1,10,100,256", help="resolver batch sizes")
+    p.add_argument("--miss-rates", default="0.001,0.2", help="resolver miss rates")
+    p.add_argument("--no-torch", action="store_true", help="skip the unfused torch baseline")
+
+
+def _cmd_bench_gpu(args: argparse.Namespace) -> int:
+    if args.target == "resolver":
+        from hisparse.bench import resolver
+
+        doc = resolver.run(
+            batches=tuple(int(b) for b in args.batches.split(",")),
+            miss_rates=tuple(float(m) for m in args.miss_rates.split(",")),
+            reps=args.reps, with_torch=not args.no_torch,
+        )
+        print(f"{doc['environment']}\nbulk H2D {doc['bulk_h2d']['GBps']:.1f} GB/s")
+        for s in doc["shapes"]:
+            torch = (f" torch {s['torch_us']:9.1f} µs ({s['speedup_vs_torch']:5.1f}x,"
+                     f" agrees={s['torch_agrees']})" if "torch_us" in s else "")
+            print(f"B={s['batch']:<4} miss={s['miss_rate']:<6} fused {s['fused_us']:8.1f} µs "
+                  f"{s['fused_GBps']:6.1f} GB/s | gather {s['gather_us']:8.1f} µs "
+                  f"({s['fraction_of_gather']:.0%} of it){torch}")
+    else:
+        from hisparse.bench import spill
+
+        doc = spill.run(reps=args.reps)
+        print(doc["environment"])
+        for s in doc["shapes"]:
+            print(f"{s['blocks']:5} blocks {s['bytes'] / 1e6:7.1f} MB: spill {s['spill_GBps']:5.1f}"
+                  f" GB/s, bulk D2H {s['bulk_d2h_GBps']:5.1f} GB/s "
+                  f"({s['fraction_of_bulk']:.0%}); "
+                  f"per-block memcpy {s['memcpy_per_block_us']:.0f} µs")
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    return EXIT_OK
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from hisparse.bench import coordinator, protocol
 
+    if args.target in ("resolver", "spill"):
+        try:
+            return _cmd_bench_gpu(args)
+        except ExecutorError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     if args.target == "coordinator":
         doc = coordinator.run(running=args.requests)
         for mode in ("check_off", "check_on"):

@@ -22,10 +22,11 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
+from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META
-from hisparse.worker import HiSparseWorker
+from hisparse.worker import DecodeResult, HiSparseWorker
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,21 @@ class SimulateOptions:
     speculative: int = 0  # extra verification steps resolved per request per decode
     check: bool = True
     trace: Path | None = None
+    executor: str = "reference"  # or "cuda"
+
+
+EXECUTORS = ("reference", "cuda")
+
+
+def make_executor(name: str, top_k: int, entries_per_slot: int) -> Executor[Any]:
+    """The executor ``name`` (``reference`` runs anywhere; ``cuda`` needs CuPy and a GPU)."""
+    if name == "reference":
+        return ReferenceExecutor()
+    if name == "cuda":
+        from hisparse.executor.cuda import CudaExecutor
+
+        return CudaExecutor(top_k=top_k, entries_per_slot=entries_per_slot)
+    raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
 
 
 @dataclass
@@ -103,7 +119,7 @@ class Simulation:
             self.config, self.kv, gpu_blocks=opts.gpu_blocks,
             check=opts.check, record=opts.trace is not None,
         )
-        self.executor = ReferenceExecutor()
+        self.executor = make_executor(opts.executor, opts.top_k, opts.speculative + 1)
         self.worker = HiSparseWorker(
             self.config, self.executor, gpu_blocks=opts.gpu_blocks, slots=opts.concurrency
         )
@@ -158,25 +174,29 @@ class Simulation:
             if where[0] != "gpu":
                 continue
             key = self._key_id(s.page_keys[r][i])
+            rows = np.array([self.worker.spec.resident_row(where[1], o) for o in range(b)])
             for h in self.worker.handles:
-                for off in range(b):
-                    row = self.worker.spec.resident_row(where[1], off)
-                    h.runtime.pools.device[row] = row_bytes_of(key, h.layer, off, self.o.row_bytes)
+                data = np.stack([row_bytes_of(key, h.layer, o, self.o.row_bytes) for o in range(b)])
+                self.executor.write_device_rows(h.runtime.pools, rows, data)
 
-    def _verify(
-        self, rows: dict[int, NDArray[np.int32]], topk: dict[str, NDArray[np.int32]]
-    ) -> None:
+    def _verify(self, result: DecodeResult, topk: dict[str, NDArray[np.int32]]) -> None:
+        """Every resolved row holds the bytes written for its position (reads back)."""
         s, b = self.coordinator.state, self.o.block_tokens
         entries = [(r, t) for r, ts in topk.items() for t in np.atleast_2d(ts)]
-        for layer, got in rows.items():
-            device = self.worker.handles[layer].runtime.pools.device
+        on_host = result.host
+        for layer in result.rows:
+            got = on_host[self.config.leaders[layer]].rows
+            pools = self.worker.handles[layer].runtime.pools
+            flat = np.asarray(got).reshape(-1).astype(np.int64)
+            seen = self.executor.read_device_rows(pools, np.where(flat >= 0, flat, 0))
+            seen = seen.reshape(len(entries), -1, self.o.row_bytes)
             for e, (r, t) in enumerate(entries):
                 for k, pos in enumerate(t.tolist()):
                     if pos < 0:
                         continue
                     key = self._key_id(s.page_keys[r][pos // b])
                     want = row_bytes_of(key, layer, pos % b, self.o.row_bytes)
-                    if not np.array_equal(device[got[e, k]], want):
+                    if not np.array_equal(seen[e, k], want):
                         self.report.data_mismatches += 1
 
     # -- one engine step -------------------------------------------------------
@@ -219,7 +239,8 @@ class Simulation:
             self.report.resident_hits += result.resident_hits
             self.report.hot_hits += result.hot_hits
             self.report.misses += result.misses
-            self._verify(result.rows, topk)
+            self.report.h2d_bytes += result.h2d_bytes
+            self._verify(result, topk)
             for r in topk:
                 self.running[r] -= 1
         if self.executor.queued():  # the stream completes copies late and in batches
@@ -272,7 +293,6 @@ class Simulation:
         rep = self.report
         rep.spills = self.coordinator.spills
         rep.prefix_hits = self.coordinator.prefix_hits
-        rep.h2d_bytes = self.worker.h2d_bytes
         rep.d2h_bytes = self.worker.d2h_bytes
         rep.invariant_checks = self.coordinator.machine.invariant_checks
         if self.o.trace is not None:

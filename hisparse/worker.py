@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.config import HiSparseConfig
-from hisparse.executor.base import CachePools, Executor, ResolveBatch, ResolveResult
+from hisparse.executor.base import CachePools, Executor, ResolveBatch, Resolved, ResolveResult
 from hisparse.executor.layout import PoolSpec
 from hisparse.spec.messages import HiSparseConnectorMetadata
 from hisparse.spec.state import Loc, RequestId
@@ -64,14 +65,44 @@ class HiSparseCacheHandle:
         return self.runtime.pools.device
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DecodeResult:
-    """Rows per layer (leaders' rows serve their followers) and the leaders' counters."""
+    """Rows per layer (leaders' rows serve their followers) and each leader's result.
 
-    rows: dict[int, NDArray[np.int32]]
-    resident_hits: int
-    hot_hits: int
-    misses: int
+    ``rows`` stay where the executor produced them (device arrays on a GPU). The
+    counters are read from the results only when asked for, since on an accelerator
+    that is a readback the decode path itself never does.
+    """
+
+    rows: dict[int, Any]
+    results: dict[int, Resolved]
+    followers: dict[int, int]  # leader layer -> number of follower layers replaying it
+    row_bytes: int
+
+    @cached_property
+    def host(self) -> dict[int, ResolveResult]:
+        """Each leader's whole result on the host (synchronizes an accelerator)."""
+        return {layer: r.host() for layer, r in self.results.items()}
+
+    @property
+    def resident_hits(self) -> int:
+        return sum(r.resident_hits for r in self.host.values())
+
+    @property
+    def hot_hits(self) -> int:
+        return sum(r.hot_hits for r in self.host.values())
+
+    @property
+    def misses(self) -> int:
+        return sum(r.misses for r in self.host.values())
+
+    @property
+    def h2d_bytes(self) -> int:
+        """Bytes copied host -> device: each miss, once per leader and per follower."""
+        return sum(
+            r.misses * (1 + self.followers.get(layer, 0)) * self.row_bytes
+            for layer, r in self.host.items()
+        )
 
 
 class HiSparseWorker:
@@ -104,7 +135,6 @@ class HiSparseWorker:
         self._free_slots = list(range(slots - 1, -1, -1))
         self._enqueued: list[int] = []
         self._landed: Counter[int] = Counter()
-        self.h2d_bytes = 0
         self.d2h_bytes = 0
 
     # -- requests ---------------------------------------------------------------
@@ -118,8 +148,7 @@ class HiSparseWorker:
         slot = self._free_slots.pop()
         for h in self.handles:
             if not h.runtime.is_follower:
-                h.runtime.pools.hot_tag[slot] = -1
-                h.runtime.pools.hot_stamp[slot] = -1
+                self.executor.reset_slot(h.runtime.pools, slot)
         self.tables.tables[request_id] = list(table)
         self.tables.slots[request_id] = slot
         return slot
@@ -148,11 +177,11 @@ class HiSparseWorker:
                 1 <= r.page_index <= len(table) and 0 <= r.host_block < spec.host_blocks
             ):
                 raise WorkerError(f"replacement {r} does not fit request {r.request_id!r}")
-        for t in meta.transfers:
+        spills = [(t.transfer_id, t.src_gpu_block, t.dst_host_block) for t in meta.transfers]
+        if spills:  # one batched copy per cache for the whole step
             for h in self.handles:
-                self.executor.enqueue_spill(
-                    h.runtime.pools, t.transfer_id, t.src_gpu_block, t.dst_host_block
-                )
+                self.executor.enqueue_spills(h.runtime.pools, spills)
+        for t in meta.transfers:
             self._enqueued.append(t.transfer_id)
             self.d2h_bytes += spec.block_tokens * spec.row_bytes * len(self.handles)
         for r in meta.replacements:
@@ -201,23 +230,17 @@ class HiSparseWorker:
         self, topk_by_leader: Mapping[int, Mapping[RequestId, NDArray[np.int32]]], step: int
     ) -> DecodeResult:
         """Resolve each leader's top-K (one resolver launch per leader cache), then
-        replay its miss plan on its followers (copy only)."""
-        rows: dict[int, NDArray[np.int32]] = {}
-        plans: dict[int, NDArray[np.int32]] = {}
-        res_hits = hot_hits = misses = 0
+        replay its miss plan on its followers (copy only). Nothing is read back."""
+        rows: dict[int, Any] = {}
+        results: dict[int, Resolved] = {}
+        followers: Counter[int] = Counter()
         for h in self.handles:
             rt = h.runtime
             if rt.is_follower:
-                self.executor.replay(rt.pools, plans[rt.leader])
+                self.executor.replay(rt.pools, results[rt.leader].plan)
                 rows[h.layer] = rows[rt.leader]
-                self.h2d_bytes += len(plans[rt.leader]) * self.spec.row_bytes
+                followers[rt.leader] += 1
                 continue
-            result: ResolveResult = self.executor.resolve(
-                rt.pools, self.batch(topk_by_leader[h.layer], step)
-            )
-            rows[h.layer], plans[h.layer] = result.rows, result.plan
-            res_hits += result.resident_hits
-            hot_hits += result.hot_hits
-            misses += result.misses
-            self.h2d_bytes += len(result.plan) * self.spec.row_bytes
-        return DecodeResult(rows, res_hits, hot_hits, misses)
+            result = self.executor.resolve(rt.pools, self.batch(topk_by_leader[h.layer], step))
+            rows[h.layer], results[h.layer] = result.rows, result
+        return DecodeResult(rows, results, dict(followers), self.spec.row_bytes)

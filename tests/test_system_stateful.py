@@ -12,9 +12,11 @@ its position. Bad input gets a typed error and changes nothing.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -42,12 +44,13 @@ OPTS = SimulateOptions(
 def snapshot(sim: Simulation) -> Any:
     """Everything a refused input must leave alone."""
     w = sim.worker
+    pools = [sim.executor.snapshot(h.runtime.pools) for h in w.handles]
     return (
         sim.coordinator.state.clone(),
         copy.deepcopy(sim.kv.__dict__),
         copy.deepcopy(w.tables),
-        [h.runtime.pools.device.copy() for h in w.handles],
-        [h.runtime.pools.host.copy() for h in w.handles],
+        [p["device"] for p in pools],
+        [p["host"] for p in pools],
         sim.executor.queued(),
     )
 
@@ -63,9 +66,11 @@ def same(a: Any, b: Any) -> bool:
 
 
 class SystemStateful(RuleBasedStateMachine):
+    EXECUTOR = "reference"
+
     def __init__(self) -> None:
         super().__init__()
-        self.sim = Simulation(OPTS)
+        self.sim = Simulation(replace(OPTS, executor=self.EXECUTOR))
         self.n = 0
         self.held: list[HiSparseWorkerMeta] = []
         self.delivered: list[HiSparseWorkerMeta] = []
@@ -118,7 +123,7 @@ class SystemStateful(RuleBasedStateMachine):
             leaders = {lead: topk for lead in set(self.sim.config.leaders)}
             before = self.sim.report.data_mismatches
             result = self.sim.worker.decode(leaders, step=self.t)
-            self.sim._verify(result.rows, topk)
+            self.sim._verify(result, topk)
             assert self.sim.report.data_mismatches == before, "resolver returned wrong bytes"
 
     @rule(n=st.integers(0, 4))
@@ -205,3 +210,20 @@ def test_system_with_faults() -> None:
     )
     print(f"system steps: {STEPS['total']}")
     assert STEPS["total"] >= 20_000
+
+
+class SystemStatefulCuda(SystemStateful):
+    """The same machine over the CUDA executor: real copies, real events, real kernels."""
+
+    EXECUTOR = "cuda"
+
+
+@pytest.mark.gpu
+def test_system_with_faults_on_cuda() -> None:
+    STEPS["total"] = 0
+    run_state_machine_as_test(
+        SystemStatefulCuda,
+        settings=settings(max_examples=60, stateful_step_count=100, deadline=None),
+    )
+    print(f"system steps on cuda: {STEPS['total']}")
+    assert STEPS["total"] >= 4_000

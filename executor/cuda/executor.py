@@ -1,0 +1,381 @@
+"""``CudaExecutor``: the HiSparse executor on an NVIDIA GPU, through CuPy.
+
+Decode path per leader cache: one ``hisparse_resolve`` launch (after a device-side wait
+on the spill stream), then one ``hisparse_replay`` per follower, all in the compute
+stream. Nothing on that path reads device memory back or waits on the host; inputs go
+up with one asynchronous copy, outputs stay on the device (``CudaResolveResult``).
+``ResolveBuffers`` + ``launch_resolve`` is the allocation-free form for CUDA graphs.
+
+Spills run on their own stream, ordered after the producing work by an event; their
+*enqueued* ack is the return of ``enqueue_spills``, their *completed* ack the first
+``completed()`` poll that finds the batch's event done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hisparse.executor.base import ResolveBatch
+from hisparse.executor.cuda.backend import load_cupy
+from hisparse.executor.cuda.kernels import (
+    COPY_THREADS,
+    RESOLVE_THREADS,
+    ResolverShape,
+    compile_kernels,
+)
+from hisparse.executor.cuda.pools import CudaPools, allocate_pools
+from hisparse.executor.cuda.results import CudaResolveResult, DevicePlan, ResolveBuffers
+from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
+from hisparse.executor.layout import ROW_ALIGN, PoolSpec
+from hisparse.executor.validate import check_batch, check_plan
+
+Spill = tuple[int, int, int]
+"""(transfer ID, source GPU block, destination host block)."""
+
+
+@dataclass(eq=False)
+class _SpillBatch:
+    """One spill launch: its completion event and what it writes."""
+
+    done: Any  # cupy.cuda.Event recorded on the spill stream after the copy kernel
+    pools: CudaPools
+    spills: list[Spill]
+    landed: bool = False
+
+
+def _int(name: str, value: object, limit: int | None) -> int:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool):
+        raise BadTransfer(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0 or (limit is not None and value >= limit):
+        bound = "must be >= 0" if limit is None else f"must be in 0..{limit - 1}"
+        raise BadTransfer(f"{name} {value} {bound}")
+    return int(value)
+
+
+class CudaExecutor:
+    """``Executor[CudaPools]`` on an NVIDIA GPU.
+
+    ``top_k`` and ``entries_per_slot`` (speculative steps + 1) fix the resolver's shape
+    limits when pools are allocated, so no launch has to check capacity: hot rows must
+    hold ``entries_per_slot * top_k`` rows. ``stream`` is the compute stream (default: the
+    current CuPy stream at construction; wrap a torch stream with ``cupy.cuda.ExternalStream``).
+    """
+
+    def __init__(
+        self, *, top_k: int, entries_per_slot: int = 1, device: int = 0, stream: Any = None
+    ) -> None:
+        cupy = load_cupy()
+        self._cupy = cupy
+        self.top_k = top_k
+        self.entries_per_slot = entries_per_slot
+        self.device_id = device
+        ResolverShape.of(top_k * entries_per_slot, top_k, entries_per_slot)  # fail early
+        with cupy.cuda.Device(device):
+            self.kernels = compile_kernels(device)
+            self.stream = stream if stream is not None else cupy.cuda.get_current_stream()
+            self.spill_stream = cupy.cuda.Stream(non_blocking=True)
+        self._batches: list[_SpillBatch] = []
+        self._pending: dict[int, list[_SpillBatch]] = {}  # transfer ID -> its copies, in order
+        self._landed: list[int] = []
+        self._spills_unwaited = False
+        self._smem = 0
+
+    # -- pools --------------------------------------------------------------------
+
+    def allocate(self, spec: PoolSpec, *, lru: bool = True) -> CudaPools:
+        """Device pools plus a mapped pinned host pool of ``spec.host_rows`` rows."""
+        shape = None
+        if lru:
+            shape = ResolverShape.of(spec.hot_rows, self.top_k, self.entries_per_slot)
+            if shape.smem > self._smem:
+                self.kernels.resolve.max_dynamic_shared_size_bytes = shape.smem
+                self._smem = shape.smem
+        assert spec.row_bytes % ROW_ALIGN == 0  # PoolSpec enforces it
+        with self._cupy.cuda.Device(self.device_id), self.stream:
+            return allocate_pools(spec, shape)
+
+    def reset_slot(self, pools: CudaPools, slot: int) -> None:
+        """Empty one slot's hot state for a newly admitted request (tags, stamps, order)."""
+        if pools.shape is None:
+            raise BadBatch("a follower's pools have no hot state to reset")
+        if not 0 <= slot < pools.spec.slots:
+            raise BadBatch(f"slot {slot} outside 0..{pools.spec.slots - 1}")
+        cupy = self._cupy
+        with self.stream:
+            pools.hot_tag[slot] = -1
+            pools.hot_stamp[slot] = -1
+            pools.lru_order[slot] = cupy.arange(pools.spec.hot_rows, dtype=cupy.int32)
+
+    # -- spills -------------------------------------------------------------------
+
+    def enqueue_spill(
+        self, pools: CudaPools, transfer_id: int, src_gpu_block: int, dst_host_block: int
+    ) -> None:
+        """One spill; ``enqueue_spills`` batches a step's spills into one launch."""
+        self.enqueue_spills(pools, [(transfer_id, src_gpu_block, dst_host_block)])
+
+    def enqueue_spills(self, pools: CudaPools, spills: Sequence[Spill]) -> None:
+        """Queue whole-block copies device -> pinned host after the work already queued on
+        the compute stream, in one kernel launch on the spill stream.
+
+        Everything is checked before anything is queued (``BadTransfer``): coordinates in
+        range, one copy per transfer ID per cache, no host block written twice in flight.
+        """
+        spec = pools.spec
+        checked: list[Spill] = []
+        dsts: set[int] = set()
+        tids: set[int] = set()
+        for tid, src, dst in spills:
+            t = _int("transfer_id", tid, None)
+            s = _int("src_gpu_block", src, spec.gpu_blocks)
+            d = _int("dst_host_block", dst, spec.host_blocks)
+            if t in self._landed:
+                raise BadTransfer(f"transfer {t} has already completed; use a fresh transfer ID")
+            if t in tids or any(b.pools is pools for b in self._pending.get(t, ())):
+                raise BadTransfer(
+                    f"transfer {t} already has a copy queued for this cache; "
+                    "one transfer moves one page per cache"
+                )
+            if d in dsts or d in pools.pending_blocks:
+                raise BadTransfer(
+                    f"host block {d} still has copy {pools.pending_blocks.get(d, t)} queued "
+                    "into it; its destination lease is held until that copy completes"
+                )
+            checked.append((t, s, d))
+            dsts.add(d)
+            tids.add(t)
+        if not checked:
+            return
+        cupy = self._cupy
+        produced = cupy.cuda.Event(block=False, disable_timing=True)
+        produced.record(self.stream)
+        pairs = np.array([(s, d) for _, s, d in checked], dtype=np.int32)
+        bv = spec.block_tokens * spec.row_bytes // 16
+        with self.spill_stream:
+            self.spill_stream.wait_event(produced)
+            dev_pairs = cupy.empty(pairs.shape, dtype=cupy.int32)
+            dev_pairs.set(pairs, stream=self.spill_stream)
+            total = len(checked) * bv
+            grid = max(1, min(-(-total // (4 * COPY_THREADS)), 4 * 132))
+            self.kernels.spill(
+                (grid,), (COPY_THREADS,),
+                (dev_pairs, np.int32(len(checked)), np.int32(bv), pools.device,
+                 pools.host_device),
+            )
+            done = cupy.cuda.Event(block=False, disable_timing=True)
+            done.record(self.spill_stream)
+        batch = _SpillBatch(done, pools, checked)
+        self._batches.append(batch)
+        for t, _, d in checked:
+            self._pending.setdefault(t, []).append(batch)
+            pools.pending_blocks[d] = t
+        self._spills_unwaited = True
+
+    def _land(self, batch: _SpillBatch) -> None:
+        batch.landed = True
+        for t, _, d in batch.spills:
+            if batch.pools.pending_blocks.get(d) == t:
+                del batch.pools.pending_blocks[d]
+            copies = self._pending.get(t, [])
+            if all(b.landed for b in copies):
+                self._pending.pop(t, None)
+                self._landed.append(t)
+        self._batches.remove(batch)
+
+    def completed(self) -> list[int]:
+        """Transfer IDs whose every copy has landed since the last call; polls events,
+        never waits."""
+        for batch in list(self._batches):
+            if batch.done.done:
+                self._land(batch)
+        done, self._landed = self._landed, []
+        return done
+
+    def queued(self) -> list[int]:
+        """Transfer IDs enqueued whose landing has not yet been observed, oldest first."""
+        return list(self._pending)
+
+    def release(self, count: int | None = None) -> None:
+        """Wait (host-side) until the ``count`` oldest queued transfers (all when None)
+        have landed; for drains and tests, never for the decode path."""
+        tids = self.queued()
+        if count is None:
+            count = len(tids)
+        if not 0 <= count <= len(tids):
+            raise ValueError(f"cannot release {count} of {len(tids)} queued transfers")
+        for t in tids[:count]:
+            for batch in list(self._pending.get(t, [])):
+                batch.done.synchronize()
+                if not batch.landed:
+                    self._land(batch)
+
+    def read_host_rows(self, pools: CudaPools, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
+        """Host rows for a CPU reader, after waiting on the host-write event of any copy
+        still queued into their blocks."""
+        spec = pools.spec
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
+            raise BadHostRead("rows must be a 1-d integer array")
+        bad = (rows < 0) | (rows >= spec.host_rows)
+        if bad.any():
+            raise BadHostRead(f"host row {rows[bad][0]} outside 0..{spec.host_rows - 1}")
+        for block in np.unique(rows // spec.block_tokens):
+            tid = pools.pending_blocks.get(int(block))
+            if tid is not None:
+                for batch in list(self._pending.get(tid, [])):
+                    if batch.pools is pools:
+                        batch.done.synchronize()
+                        self._land(batch)
+        return pools.host[rows].copy()
+
+    def _order_after_spills(self) -> None:
+        """The compute stream waits (on the device) for every spill enqueued so far: the
+        block table points at a host block from the enqueued ack on."""
+        if self.stream.is_capturing():  # the caller orders a graph launch after spills
+            return
+        if self._spills_unwaited and self._batches:
+            self.stream.wait_event(self._batches[-1].done)
+        self._spills_unwaited = False
+
+    # -- decode -------------------------------------------------------------------
+
+    def resolve(self, pools: CudaPools, batch: ResolveBatch) -> CudaResolveResult:
+        """Validate on the host, upload with one async copy, one resolver launch.
+
+        Returns device outputs without synchronizing; ``result.host()`` reads them back.
+        """
+        shape = self._leader_shape(pools)
+        check_batch(pools.spec, batch, pools.last_step)
+        n, k = batch.topk.shape
+        if k > shape.top_k:
+            raise BadBatch(f"top-K {k} exceeds the executor's top_k {shape.top_k}")
+        if n:
+            _, per_slot = np.unique(batch.slots, return_counts=True)
+            if per_slot.max() > self.entries_per_slot:
+                raise BadBatch(
+                    f"a slot has {per_slot.max()} entries; this executor is configured for "
+                    f"entries_per_slot={self.entries_per_slot} (speculative steps + 1)"
+                )
+        cupy = self._cupy
+        packed = np.empty(2 + n + 3 * n * k, dtype=np.int32)
+        packed[:2].view(np.int64)[0] = int(batch.step)
+        packed[2 : 2 + n] = batch.slots
+        body = packed[2 + n :].reshape(3, n, k)
+        body[0], body[1], body[2] = batch.topk, batch.resident_row, batch.host_row
+        with self.stream:
+            dev = cupy.empty(packed.shape, dtype=cupy.int32)
+            dev.set(packed, stream=self.stream)
+            inputs = dev[2 + n :].reshape(3, n, k)
+            out = CudaResolveResult.empty(n, k)
+            if n:
+                self._order_after_spills()
+                self._launch(pools, shape, dev[2 : 2 + n], inputs[0], inputs[1], inputs[2],
+                             dev[:2].view(cupy.int64), out)
+        pools.last_step = int(batch.step)
+        return out
+
+    def launch_resolve(self, pools: CudaPools, buffers: ResolveBuffers) -> CudaResolveResult:
+        """Resolve the batch already in ``buffers`` with one launch on the compute stream:
+        no validation, no allocation, no host work, so it can be captured in a CUDA graph
+        and replayed with new inputs. The caller keeps the contract ``resolve`` checks
+        (slot runs, ranges, increasing step) and orders it after spills
+        (``order_after_spills``) outside the graph."""
+        shape = self._leader_shape(pools)
+        k = buffers.topk.shape[1]
+        if k > shape.top_k:
+            raise BadBatch(f"top-K {k} exceeds the executor's top_k {shape.top_k}")
+        with self.stream:
+            self._launch(pools, shape, buffers.slots, buffers.topk, buffers.resident_row,
+                         buffers.host_row, buffers.step, buffers.result)
+        return buffers.result
+
+    def order_after_spills(self) -> None:
+        """Make the compute stream wait, on the device, for every spill enqueued so far."""
+        with self.stream:
+            self._order_after_spills()
+
+    def _leader_shape(self, pools: CudaPools) -> ResolverShape:
+        if pools.shape is None:
+            raise BadBatch("these are a follower's pools: they have no LRU state; use replay")
+        return pools.shape
+
+    def _launch(
+        self, pools: CudaPools, shape: ResolverShape, slots: Any, topk: Any, resident: Any,
+        host: Any, step: Any, out: CudaResolveResult,
+    ) -> None:
+        spec = pools.spec
+        n, k = topk.shape
+        self.kernels.resolve(
+            (n,), (RESOLVE_THREADS,),
+            (slots, topk, resident, host, step, np.int32(n), np.int32(k),
+             pools.hot_tag, pools.hot_stamp, pools.lru_order, pools.host_device, pools.device,
+             np.int32(spec.hot_rows), np.int32(shape.cap), np.int32(spec.resident_rows),
+             np.int32(spec.row_bytes // 16),
+             out.rows, out.plan.pairs, out.plan.counts, out.counters),
+            shared_mem=shape.smem,
+        )
+
+    def replay(self, follower: CudaPools, plan: DevicePlan | NDArray[np.int32]) -> None:
+        """Copy-only replay of a leader's plan into a follower (one launch, no readback).
+
+        A ``DevicePlan`` comes from this executor's resolve and is trusted; a host plan
+        (int32 [m, 2]) is checked first (``BadPlan``) and uploaded.
+        """
+        cupy = self._cupy
+        with self.stream:
+            if not isinstance(plan, DevicePlan):
+                check_plan(follower.spec, plan)
+                if plan.shape[0] == 0:
+                    return
+                pairs = cupy.asarray(plan.reshape(1, -1, 2))
+                plan = DevicePlan(pairs, cupy.full(1, plan.shape[0], dtype=cupy.int32))
+            n, k, _ = plan.pairs.shape
+            if n == 0 or k == 0:
+                return
+            rv = follower.spec.row_bytes // 16
+            per_entry = max(1, min(-(-k * rv // (4 * COPY_THREADS)), -(-264 // n)))
+            self._order_after_spills()
+            self.kernels.replay(
+                (n, per_entry), (COPY_THREADS,),
+                (plan.pairs, plan.counts, np.int32(k), np.int32(rv), follower.host_device,
+                 follower.device),
+            )
+
+    # -- direct access (setup, tests, checkers; each call synchronizes) -------------
+
+    def write_device_rows(
+        self, pools: CudaPools, rows: NDArray[np.int64], data: NDArray[np.uint8]
+    ) -> None:
+        """Write whole device rows (prefill, tests)."""
+        cupy = self._cupy
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= pools.spec.device_rows):
+            raise BadPlan(f"device rows outside 0..{pools.spec.device_rows - 1}")
+        with self.stream:
+            pools.device[cupy.asarray(rows)] = cupy.asarray(data, dtype=cupy.uint8)
+
+    def read_device_rows(self, pools: CudaPools, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
+        """Copy device rows to the host (checkers and tests; synchronizes)."""
+        cupy = self._cupy
+        rows = np.asarray(rows, dtype=np.int64)
+        with self.stream:
+            out = cupy.asnumpy(pools.device[cupy.asarray(rows)], stream=self.stream)
+        self.stream.synchronize()
+        return np.asarray(out)
+
+    def snapshot(self, pools: CudaPools) -> dict[str, NDArray[Any]]:
+        """Host copies of every pool after all queued work has finished (tests)."""
+        cupy = self._cupy
+        self.stream.synchronize()
+        self.spill_stream.synchronize()
+        return {
+            "device": cupy.asnumpy(pools.device),
+            "host": pools.host.copy(),
+            "hot_tag": cupy.asnumpy(pools.hot_tag),
+            "hot_stamp": cupy.asnumpy(pools.hot_stamp),
+        }

@@ -1,0 +1,103 @@
+"""A cache's pools on an NVIDIA GPU: packed device rows, mapped pinned host rows, LRU state.
+
+The host pool is page-locked and mapped into the device's address space, so the
+resolver reads missing rows straight from it (zero-copy) and the spill kernel writes
+straight into it; no staging buffer sits between the tiers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hisparse.executor.cuda.backend import load_cupy
+from hisparse.executor.cuda.kernels import ResolverShape
+from hisparse.executor.layout import PoolSpec
+
+_HOST_ALLOC_PORTABLE = 1  # cudaHostAllocPortable
+_HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
+
+
+class PinnedHostBuffer:
+    """Page-locked, device-mapped host bytes; freed when the last view goes away.
+
+    NumPy views keep this object alive through ``__array_interface__``, so a host view
+    handed to a caller can never outlive its memory.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        cupy = load_cupy()
+        self._runtime = cupy.cuda.runtime
+        self.nbytes = nbytes
+        self.ptr = int(self._runtime.hostAlloc(nbytes, _HOST_ALLOC_PORTABLE | _HOST_ALLOC_MAPPED))
+        # Under unified addressing this equals ptr; ask rather than assume.
+        self.device_ptr = int(self._runtime.pointerGetAttributes(self.ptr).devicePointer)
+        self.__array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (self.ptr, False),
+            "version": 3,
+        }
+
+    def __del__(self) -> None:
+        ptr, self.ptr = getattr(self, "ptr", 0), 0
+        if ptr:
+            self._runtime.freeHost(ptr)
+
+    def host_view(self, rows: int, row_bytes: int) -> NDArray[np.uint8]:
+        return np.asarray(self).reshape(rows, row_bytes)
+
+    def device_view(self, rows: int, row_bytes: int) -> Any:
+        """The same bytes as a CuPy array, for kernels (UVA device pointer)."""
+        cupy = load_cupy()
+        mem = cupy.cuda.UnownedMemory(self.device_ptr, self.nbytes, self)
+        ptr = cupy.cuda.MemoryPointer(mem, 0)
+        return cupy.ndarray((rows, row_bytes), dtype=cupy.uint8, memptr=ptr)
+
+
+@dataclass(eq=False)
+class CudaPools:
+    """One cache's pools on the GPU (``CachePools`` with CuPy device arrays).
+
+    ``device``, ``hot_tag`` and ``hot_stamp`` are CuPy arrays; ``host`` is a NumPy view
+    of the pinned host pool (read it through ``CudaExecutor.read_host_rows``, which
+    waits for copies in flight). ``lru_order`` caches each slot's rows sorted by
+    (stamp, row), the kernel's victim order.
+    """
+
+    spec: PoolSpec
+    shape: ResolverShape | None
+    device: Any
+    host: NDArray[np.uint8]
+    host_device: Any
+    hot_tag: Any
+    hot_stamp: Any
+    lru_order: Any
+    pinned: PinnedHostBuffer
+    last_step: int | None = None
+    pending_blocks: dict[int, int] = field(default_factory=dict)
+    """Host block -> transfer ID of the copy still queued into it."""
+
+
+def allocate_pools(spec: PoolSpec, shape: ResolverShape | None) -> CudaPools:
+    """Zeroed pools; ``shape`` None allocates a follower (no LRU state)."""
+    cupy = load_cupy()
+    pinned = PinnedHostBuffer(spec.host_rows * spec.row_bytes)
+    host = pinned.host_view(spec.host_rows, spec.row_bytes)
+    host[...] = 0
+    slots = spec.slots if shape is not None else 0
+    order = cupy.tile(cupy.arange(spec.hot_rows, dtype=cupy.int32), (slots, 1))
+    return CudaPools(
+        spec=spec,
+        shape=shape,
+        device=cupy.zeros((spec.device_rows, spec.row_bytes), dtype=cupy.uint8),
+        host=host,
+        host_device=pinned.device_view(spec.host_rows, spec.row_bytes),
+        hot_tag=cupy.full((slots, spec.hot_rows), -1, dtype=cupy.int64),
+        hot_stamp=cupy.full((slots, spec.hot_rows), -1, dtype=cupy.int64),
+        lru_order=order.reshape(slots, spec.hot_rows),
+        pinned=pinned,
+    )

@@ -1,0 +1,227 @@
+"""``hisparse bench resolver``: the fused resolver against its ceilings and a baseline.
+
+For each batch size and miss rate, from the same primed hot state and the same inputs:
+
+- ``fused``: one ``hisparse_resolve`` launch (``CudaExecutor.launch_resolve``);
+- ``gather``: a plain zero-copy gather of the same missing rows (the same host rows into
+  the same hot rows), one 16-byte vector per thread: the ceiling for the copy part;
+- ``torch``: the same resolver semantics written as unfused torch operations (sort,
+  searchsorted, unique, argsort, index copies), checked to produce the same rows, plan
+  and tags as the fused kernel;
+- ``bulk_h2d``: one large pinned host-to-device copy, the PCIe ceiling.
+
+Shape: every slot's H hot rows hold positions; each entry's top-K has ``miss_rate * K``
+positions that are not hot (read from random host rows, different in every repetition)
+and the rest hot; nothing resident, so every position takes the lookup path.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+from hisparse.bench.gpu import GpuTimer, environment
+from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
+from hisparse.executor.cuda.backend import load_cupy
+from hisparse.executor.layout import PoolSpec
+
+VARIANTS = 8  # distinct host-row sets cycled through the repetitions
+
+
+def _prime(cupy: Any, pools: Any, slots: int, rng: np.random.Generator) -> dict[str, Any]:
+    """Every hot row full (positions 0..H-1), distinct older stamps; returns device copies."""
+    h = pools.spec.hot_rows
+    tag = np.tile(np.arange(h, dtype=np.int64), (slots, 1))
+    stamp = np.stack([rng.permutation(h).astype(np.int64) + 1 for _ in range(slots)])
+    order = np.argsort(stamp, axis=1, kind="stable").astype(np.int32)
+    return {"hot_tag": cupy.asarray(tag), "hot_stamp": cupy.asarray(stamp),
+            "lru_order": cupy.asarray(order)}
+
+
+def _inputs(
+    spec: PoolSpec, batch: int, k: int, misses: int, rng: np.random.Generator
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """(topk [B, K], host_row variants [B, K], missing positions mask)."""
+    h = spec.hot_rows
+    topk = np.empty((batch, k), np.int32)
+    for b in range(batch):
+        hits = rng.choice(h, size=k - misses, replace=False)
+        miss = h + rng.choice(10 * h, size=misses, replace=False)
+        row = np.concatenate([hits, miss])
+        rng.shuffle(row)
+        topk[b] = row
+    variants = [
+        rng.choice(spec.host_rows, size=batch * k, replace=False).reshape(batch, k).astype(np.int32)
+        for _ in range(VARIANTS)
+    ]
+    return topk, variants, topk >= h
+
+
+def torch_resolve(
+    torch: Any, tag: Any, stamp: Any, slots: Any, topk: Any, host_row: Any, host: Any,
+    device: Any, step: int, resident_rows: int,
+) -> tuple[Any, Any]:
+    """The resolver rules for one entry per slot and no resident rows, in torch ops.
+
+    Returns (rows [B, K], plan [m, 2]); updates ``tag``, ``stamp`` and ``device``.
+    """
+    b, k = topk.shape
+    h = tag.shape[1]
+    dev = topk.device
+    t, st = tag[slots], stamp[slots]
+    pos = topk.long()
+    sorted_tag, perm = torch.sort(t, dim=1)
+    idx = torch.searchsorted(sorted_tag, pos).clamp_(max=h - 1)
+    found = (sorted_tag.gather(1, idx) == pos) & (pos >= 0)
+    hot_j = perm.gather(1, idx)
+    base = resident_rows + slots.long() * h
+    rows = torch.where(found, base[:, None] + hot_j, torch.full_like(hot_j, -1))
+    ent = torch.arange(b, device=dev)[:, None].expand(b, k)
+    st[ent[found], hot_j[found]] = step
+    occ = torch.nonzero((pos >= 0) & ~found)  # row-major: entry, then occurrence order
+    key = occ[:, 0] * (1 << 32) + pos[occ[:, 0], occ[:, 1]]
+    uniq, inv = torch.unique(key, return_inverse=True)
+    first = torch.full((uniq.numel(),), k, device=dev, dtype=torch.long)
+    first.scatter_reduce_(0, inv, occ[:, 1], reduce="amin")
+    ub = uniq >> 32
+    order = torch.argsort(ub * k + first)
+    ub, first, upos = ub[order], first[order], (uniq & 0xFFFFFFFF)[order]
+    counts = torch.bincount(ub, minlength=b)
+    rank = torch.arange(ub.numel(), device=dev) - (torch.cumsum(counts, 0) - counts)[ub]
+    big = torch.iinfo(torch.long).max
+    keyed = torch.where(st == step, big, st * h + torch.arange(h, device=dev))
+    victims = torch.argsort(keyed, dim=1)
+    j = victims[ub, rank]
+    t[ub, j] = upos
+    st[ub, j] = step
+    dst = base[ub] + j
+    src = host_row[ub, first].long()
+    device[dst] = host[src]
+    where = torch.empty_like(order)
+    where[order] = torch.arange(order.numel(), device=dev)
+    rows[occ[:, 0], occ[:, 1]] = base[occ[:, 0]] + j[where[inv]]
+    tag[slots], stamp[slots] = t, st
+    return rows, torch.stack([dst, src], dim=1)
+
+
+def run(
+    batches: tuple[int, ...] = (1, 10, 100, 256),
+    miss_rates: tuple[float, ...] = (0.001, 0.2),
+    reps: int = 100,
+    top_k: int = 2048,
+    hot_rows: int = 4096,
+    row_bytes: int = 656,
+    with_torch: bool = True,
+) -> dict[str, Any]:
+    cupy = load_cupy()
+    torch: Any = None
+    if with_torch:
+        torch = importlib.import_module("torch")
+    rng = np.random.default_rng(0)
+    max_b = max(batches)
+    host_rows = max(1 << 21, 2 * max_b * top_k)
+    block = 64
+    spec = PoolSpec(gpu_blocks=1, host_blocks=-(-host_rows // block), block_tokens=block,
+                    row_bytes=row_bytes, hot_rows=hot_rows, slots=max_b)
+    ex = CudaExecutor(top_k=top_k)
+    pools = ex.allocate(spec)
+    pools.host[...] = rng.integers(0, 256, pools.host.shape, dtype=np.uint8)
+    timer = GpuTimer()
+    rv = row_bytes // 16
+
+    bulk_bytes = 512 << 20
+    bulk_dst = cupy.empty(bulk_bytes, dtype=cupy.uint8)
+    bulk_src = pools.host_device.reshape(-1)[:bulk_bytes]
+    bulk = timer.time(lambda i: bulk_dst.data.copy_from_device_async(
+        bulk_src.data, bulk_bytes, cupy.cuda.get_current_stream()), reps=20)
+    bulk_gbps = bulk_bytes / bulk["median_us"] / 1e3
+    out: dict[str, Any] = {"environment": environment(), "bulk_h2d": {
+        "bytes": bulk_bytes, "median_us": bulk["median_us"], "GBps": bulk_gbps}, "shapes": []}
+
+    for b in batches:
+        primed = _prime(cupy, pools, b, rng)
+        for rate in miss_rates:
+            misses = max(1, round(rate * top_k))
+            topk, variants, _ = _inputs(spec, b, top_k, misses, rng)
+            buffers = ResolveBuffers.allocate(b, top_k)
+            buffers.slots[...] = cupy.arange(b, dtype=cupy.int32)
+            buffers.topk[...] = cupy.asarray(topk)
+            dev_variants = [cupy.asarray(v) for v in variants]
+
+            def restore(i: int, b: int = b, primed: dict[str, Any] = primed,
+                        buffers: ResolveBuffers = buffers, dv: list[Any] = dev_variants) -> None:
+                pools.hot_tag[:b] = primed["hot_tag"]
+                pools.hot_stamp[:b] = primed["hot_stamp"]
+                pools.lru_order[:b] = primed["lru_order"]
+                buffers.host_row[...] = dv[i % VARIANTS]
+                buffers.step.fill(1_000_000 + i)
+
+            def fused_launch(i: int, buffers: ResolveBuffers = buffers) -> None:
+                ex.launch_resolve(pools, buffers)
+
+            fused = timer.time(fused_launch, reps=reps, before=restore)
+            restore(0)
+            ex.launch_resolve(pools, buffers)
+            ours = buffers.result.host()
+            assert ours.misses == b * misses and ours.hot_hits == b * (top_k - misses), (
+                "the benchmark's hit/miss mix is not what it claims")
+            plans = []
+            for v in range(VARIANTS):  # the same copies the fused kernel made, per variant
+                restore(v)
+                ex.launch_resolve(pools, buffers)
+                plans.append(cupy.asarray(buffers.result.plan.host()))
+            total = ours.misses * rv
+
+            def gather(i: int, plans: list[Any] = plans, total: int = total) -> None:
+                timer.gather(((total + 255) // 256,), (256,),
+                             (plans[i % VARIANTS], cupy.int64(total), cupy.int32(rv),
+                              pools.host_device, pools.device))
+
+            ceiling = timer.time(gather, reps=reps)
+            miss_bytes = ours.misses * row_bytes
+            shape: dict[str, Any] = {
+                "batch": b, "top_k": top_k, "hot_rows": hot_rows, "row_bytes": row_bytes,
+                "miss_rate": rate, "misses": ours.misses, "miss_bytes": miss_bytes,
+                "fused_us": fused["median_us"], "fused_min_us": fused["min_us"],
+                "fused_GBps": miss_bytes / fused["median_us"] / 1e3,
+                "gather_us": ceiling["median_us"],
+                "gather_GBps": miss_bytes / ceiling["median_us"] / 1e3,
+                "fraction_of_gather": ceiling["median_us"] / fused["median_us"],
+                "fraction_of_bulk_h2d": miss_bytes / fused["median_us"] / 1e3 / bulk_gbps,
+            }
+            if torch is not None:
+                shape.update(_torch_baseline(torch, cupy, timer, pools, ex, buffers, restore,
+                                             ours, reps=max(10, reps // 5)))
+                shape["speedup_vs_torch"] = shape["torch_us"] / fused["median_us"]
+            out["shapes"].append(shape)
+    return out
+
+
+def _torch_baseline(
+    torch: Any, cupy: Any, timer: GpuTimer, pools: Any, ex: CudaExecutor,
+    buffers: ResolveBuffers, restore: Any, ours: Any, reps: int,
+) -> dict[str, Any]:
+    tag = torch.as_tensor(pools.hot_tag, device="cuda")
+    stamp = torch.as_tensor(pools.hot_stamp, device="cuda")
+    host = torch.as_tensor(pools.host_device, device="cuda")
+    device = torch.as_tensor(pools.device, device="cuda")
+    slots = torch.as_tensor(buffers.slots, device="cuda").long()
+    topk = torch.as_tensor(buffers.topk, device="cuda")
+    host_row = torch.as_tensor(buffers.host_row, device="cuda")
+    r = pools.spec.resident_rows
+
+    def work(i: int) -> None:
+        torch_resolve(torch, tag, stamp, slots, topk, host_row, host, device,
+                      1_000_000 + i, r)
+
+    restore(0)
+    cupy.cuda.get_current_stream().synchronize()
+    rows, plan = torch_resolve(torch, tag, stamp, slots, topk, host_row, host, device,
+                               1_000_000, r)
+    torch.cuda.synchronize()
+    agrees = bool(np.array_equal(rows.cpu().numpy(), ours.rows)) and bool(
+        np.array_equal(plan.cpu().numpy(), ours.plan))
+    timed = timer.time(work, reps=reps, before=restore, warmup=2)
+    return {"torch_us": timed["median_us"], "torch_agrees": agrees}

@@ -1,0 +1,331 @@
+"""The CUDA executor against the NumPy reference, bit for bit (GPU only).
+
+Random batches (duplicates, padding, resident/hot/host mixes, speculative entries of
+one slot, LRU eviction across calls) go through both executors from identical state;
+rows, miss plan, counters, hot tags, stamps and every device byte must agree after
+every call, and followers replaying the plan must agree too. Also: spills with events,
+the host-write guard, typed refusals that change nothing, CUDA-graph capture (CuPy's
+and torch's) replayed with new inputs, and ``hisparse simulate --executor cuda``.
+
+``HISPARSE_GPU_EXAMPLES`` lowers the Hypothesis budget (compute-sanitizer runs).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+
+from hisparse.executor import (
+    BadBatch,
+    BadTransfer,
+    Executor,
+    ExecutorConfigError,
+    PoolSpec,
+    ReferenceExecutor,
+    ReferencePools,
+    ResolveBatch,
+)
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = int(os.environ.get("HISPARSE_GPU_EXAMPLES", "150"))
+
+
+def cuda_executor(**kw: Any) -> Any:
+    from hisparse.executor.cuda import CudaExecutor
+
+    ex = CudaExecutor(**kw)
+    _conforms: Executor[Any] = ex  # mypy: the protocol
+    return ex
+
+
+def host_bytes(spec: PoolSpec, salt: int) -> NDArray[np.uint8]:
+    rng = np.random.default_rng(salt)
+    return rng.integers(0, 256, (spec.host_rows, spec.row_bytes), dtype=np.uint8)
+
+
+class Pair:
+    """A leader (and one follower) in both executors, from identical bytes."""
+
+    def __init__(self, spec: PoolSpec, top_k: int, entries: int, seed: int = 0) -> None:
+        self.spec = spec
+        self.ref = ReferenceExecutor()
+        self.cuda = cuda_executor(top_k=top_k, entries_per_slot=entries)
+        self.r_lead: ReferencePools = self.ref.allocate(spec)
+        self.r_fol: ReferencePools = self.ref.allocate(spec, lru=False)
+        self.c_lead = self.cuda.allocate(spec)
+        self.c_fol = self.cuda.allocate(spec, lru=False)
+        rng = np.random.default_rng(seed)
+        device = rng.integers(0, 256, (spec.device_rows, spec.row_bytes), dtype=np.uint8)
+        rows = np.arange(spec.device_rows)
+        for ex, pools, salt in ((self.ref, self.r_lead, 1), (self.ref, self.r_fol, 2),
+                                (self.cuda, self.c_lead, 1), (self.cuda, self.c_fol, 2)):
+            pools.host[...] = host_bytes(spec, seed * 10 + salt)
+            ex.write_device_rows(pools, rows, device)
+
+    def step(self, batch: ResolveBatch) -> None:
+        want = self.ref.resolve(self.r_lead, batch)
+        self.ref.replay(self.r_fol, want.plan)
+        res = self.cuda.resolve(self.c_lead, batch)
+        self.cuda.replay(self.c_fol, res.plan)
+        got = res.host()
+        np.testing.assert_array_equal(got.rows, want.rows)
+        np.testing.assert_array_equal(got.plan, want.plan)
+        assert (got.resident_hits, got.hot_hits, got.misses) == (
+            want.resident_hits, want.hot_hits, want.misses)
+        self.same_state()
+
+    def same_state(self) -> None:
+        for r, c in ((self.r_lead, self.c_lead), (self.r_fol, self.c_fol)):
+            a, b = self.ref.snapshot(r), self.cuda.snapshot(c)
+            for key in ("hot_tag", "hot_stamp", "device", "host"):
+                np.testing.assert_array_equal(b[key], a[key], err_msg=key)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[PoolSpec, int, int, list[ResolveBatch]]:
+    k = draw(st.sampled_from([1, 3, 8, 32, 64]))
+    entries = draw(st.integers(1, 3))
+    hot = entries * k + draw(st.sampled_from([0, 1, k]))
+    spec = PoolSpec(gpu_blocks=draw(st.integers(1, 4)), host_blocks=draw(st.integers(1, 6)),
+                    block_tokens=4, row_bytes=draw(st.sampled_from([16, 48])),
+                    hot_rows=hot, slots=draw(st.integers(1, 3)))
+    universe = max(2, draw(st.sampled_from([hot // 2, hot, 3 * hot])))
+    batches = []
+    for step in range(1, draw(st.integers(1, 6)) + 1):
+        order = draw(st.permutations(range(spec.slots)))
+        used = order[: draw(st.integers(0, spec.slots))]
+        slots, topk, res, host = [], [], [], []
+        for s in used:
+            for _ in range(draw(st.integers(1, entries))):
+                p = draw(st.lists(st.integers(-1, universe - 1), min_size=k, max_size=k))
+                r = [draw(st.integers(-1, spec.resident_rows - 1)) if draw(st.booleans())
+                     else -1 for _ in p]
+                h = [draw(st.integers(0, spec.host_rows - 1)) for _ in p]
+                slots.append(s)
+                topk.append(p)
+                res.append(r)
+                host.append(h)
+        batches.append(ResolveBatch(
+            slots=np.array(slots, np.int32),
+            topk=np.array(topk, np.int32).reshape(-1, k),
+            resident_row=np.array(res, np.int32).reshape(-1, k),
+            host_row=np.array(host, np.int32).reshape(-1, k),
+            step=step * 3,
+        ))
+    return spec, k, entries, batches
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(scenarios())
+def test_cuda_matches_reference_bit_for_bit(
+    case: tuple[PoolSpec, int, int, list[ResolveBatch]],
+) -> None:
+    spec, k, entries, batches = case
+    pair = Pair(spec, k, entries)
+    for batch in batches:
+        pair.step(batch)
+
+
+def test_realistic_shape_matches_reference() -> None:
+    """K 2048, H 4096, 656-byte rows: eviction, duplicates and speculative pairs."""
+    k, h = 2048, 4096
+    spec = PoolSpec(gpu_blocks=8, host_blocks=64, block_tokens=64, row_bytes=656,
+                    hot_rows=h, slots=6)
+    pair = Pair(spec, k, 2, seed=3)
+    rng = np.random.default_rng(7)
+    for step in range(1, 9):
+        slots, topk = [], []
+        for s in rng.permutation(spec.slots)[: rng.integers(1, spec.slots + 1)]:
+            for _ in range(rng.integers(1, 3)):
+                slots.append(s)
+                topk.append(rng.integers(-1, 5000, k))
+        t = np.array(topk, np.int32)
+        resident = np.where(rng.random(t.shape) < 0.2,
+                            rng.integers(0, spec.resident_rows, t.shape), -1).astype(np.int32)
+        host = rng.integers(0, spec.host_rows, t.shape).astype(np.int32)
+        pair.step(ResolveBatch(np.array(slots, np.int32), t, resident, host, step))
+
+
+def test_worked_example_and_reset_slot() -> None:
+    spec = PoolSpec(gpu_blocks=2, host_blocks=4, block_tokens=2, row_bytes=16, hot_rows=3,
+                    slots=2)
+    pair = Pair(spec, 1, 1)
+    seq = [[10], [13], [15], [13], [20]]
+    for step, pos in enumerate(seq, start=1):
+        topk = np.array([pos], np.int32)
+        host = (topk % spec.host_rows).astype(np.int32)
+        pair.step(ResolveBatch(np.array([0], np.int32), topk, np.full_like(topk, -1), host, step))
+    for ex, pools in ((pair.ref, pair.r_lead), (pair.cuda, pair.c_lead)):
+        ex.reset_slot(pools, 0)
+    pair.same_state()
+    topk = np.array([[1]], np.int32)
+    pair.step(ResolveBatch(np.array([0], np.int32), topk, np.full_like(topk, -1), topk, 9))
+    assert pair.cuda.snapshot(pair.c_lead)["hot_tag"][0].tolist() == [1, -1, -1]
+
+
+def test_refusals_are_typed_and_change_nothing() -> None:
+    spec = PoolSpec(gpu_blocks=2, host_blocks=4, block_tokens=2, row_bytes=16, hot_rows=8,
+                    slots=2)
+    with pytest.raises(ExecutorConfigError, match="hot_rows"):
+        cuda_executor(top_k=4, entries_per_slot=3).allocate(spec)
+    pair = Pair(spec, 4, 2)
+    ok = np.array([[1, 2, 3, 4]], np.int32)
+    neg = np.full_like(ok, -1)
+    pair.step(ResolveBatch(np.array([0], np.int32), ok, neg, ok, 5))
+    before = pair.cuda.snapshot(pair.c_lead)
+    bad = [
+        ResolveBatch(np.array([0], np.int32), ok, neg, ok, 5),  # step not increasing
+        ResolveBatch(np.array([0, 0, 0], np.int32), np.repeat(ok, 3, 0), np.repeat(neg, 3, 0),
+                     np.repeat(ok, 3, 0), 6),  # more entries per slot than configured
+        ResolveBatch(np.array([0], np.int32), ok, neg, ok + 100, 6),  # host row out of range
+        ResolveBatch(np.array([0], np.int32), np.ones((1, 8), np.int32),
+                     np.full((1, 8), -1, np.int32), np.ones((1, 8), np.int32), 6),  # K > top_k
+    ]
+    for batch in bad:
+        with pytest.raises(BadBatch):
+            pair.cuda.resolve(pair.c_lead, batch)
+    with pytest.raises(BadBatch, match="follower"):
+        pair.cuda.resolve(pair.c_fol, ResolveBatch(np.array([0], np.int32), ok, neg, ok, 7))
+    for spill in [(1, 2, 0), (1, 0, 4), (-1, 0, 0), (1, 0, 1), (True, 0, 0)]:
+        spills = [(2, 0, 1), spill]  # the good first spill must not be queued either
+        with pytest.raises(BadTransfer):
+            pair.cuda.enqueue_spills(pair.c_lead, spills)
+    assert pair.cuda.queued() == []
+    after = pair.cuda.snapshot(pair.c_lead)
+    for key in before:
+        np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+
+
+def test_spills_land_with_events_and_guard_host_reads() -> None:
+    spec = PoolSpec(gpu_blocks=4, host_blocks=8, block_tokens=64, row_bytes=656, hot_rows=4,
+                    slots=1)
+    ex = cuda_executor(top_k=2)
+    pools = ex.allocate(spec)
+    rng = np.random.default_rng(0)
+    device = rng.integers(0, 256, (spec.device_rows, spec.row_bytes), dtype=np.uint8)
+    ex.write_device_rows(pools, np.arange(spec.device_rows), device)
+    ex.enqueue_spills(pools, [(7, 1, 5), (8, 3, 0)])
+    assert ex.queued() == [7, 8]
+    with pytest.raises(BadTransfer, match="still has copy"):
+        ex.enqueue_spill(pools, 9, 0, 5)  # destination lease still held
+    # The CPU reader waits on the host-write event instead of seeing stale bytes.
+    got = ex.read_host_rows(pools, np.arange(5 * 64, 6 * 64))
+    np.testing.assert_array_equal(got, device[64:128])
+    ex.release()
+    with pytest.raises(BadTransfer, match="already completed"):
+        ex.enqueue_spill(pools, 8, 0, 2)  # landed, not yet reported
+    assert sorted(ex.completed()) == [7, 8]
+    assert ex.queued() == [] and ex.completed() == []
+    np.testing.assert_array_equal(ex.snapshot(pools)["host"][:64], device[192:256])
+
+
+def test_resolve_reads_spills_enqueued_before_it() -> None:
+    """A miss on a host block whose spill is only *enqueued* reads the spilled bytes."""
+    spec = PoolSpec(gpu_blocks=2, host_blocks=2, block_tokens=64, row_bytes=656, hot_rows=128,
+                    slots=1)
+    ex = cuda_executor(top_k=64)
+    pools = ex.allocate(spec)
+    rng = np.random.default_rng(1)
+    device = rng.integers(0, 256, (spec.device_rows, spec.row_bytes), dtype=np.uint8)
+    ex.write_device_rows(pools, np.arange(spec.device_rows), device)
+    ex.enqueue_spill(pools, 1, 0, 1)
+    topk = np.arange(64, dtype=np.int32)[None]
+    res = ex.resolve(pools, ResolveBatch(np.array([0], np.int32), topk, np.full_like(topk, -1),
+                                         topk + 64, 1)).host()
+    np.testing.assert_array_equal(ex.read_device_rows(pools, res.rows[0]), device[:64])
+
+
+def _graph_case() -> tuple[PoolSpec, int, list[ResolveBatch]]:
+    k = 256
+    spec = PoolSpec(gpu_blocks=4, host_blocks=32, block_tokens=64, row_bytes=656,
+                    hot_rows=2 * k, slots=4)
+    rng = np.random.default_rng(5)
+    batches = []
+    for step in range(1, 6):
+        t = rng.integers(0, 1500, (4, k)).astype(np.int32)
+        resident = np.where(rng.random(t.shape) < 0.3,
+                            rng.integers(0, spec.resident_rows, t.shape), -1).astype(np.int32)
+        host = rng.integers(0, spec.host_rows, t.shape).astype(np.int32)
+        batches.append(ResolveBatch(np.arange(4, dtype=np.int32), t, resident, host, step))
+    return spec, k, batches
+
+
+def _fill(buffers: Any, batch: ResolveBatch, stream: Any) -> None:
+    buffers.slots.set(batch.slots, stream=stream)
+    buffers.topk.set(batch.topk, stream=stream)
+    buffers.resident_row.set(batch.resident_row, stream=stream)
+    buffers.host_row.set(batch.host_row, stream=stream)
+    buffers.step.set(np.array([batch.step], np.int64), stream=stream)
+
+
+def _check_graph(pair: Pair, buffers: Any, launch: Any, batches: list[ResolveBatch],
+                 stream: Any) -> None:
+    for batch in batches:
+        _fill(buffers, batch, stream)
+        launch()
+        want = pair.ref.resolve(pair.r_lead, batch)
+        pair.ref.replay(pair.r_fol, want.plan)
+        got = buffers.result.host()
+        np.testing.assert_array_equal(got.rows, want.rows)
+        np.testing.assert_array_equal(got.plan, want.plan)
+        pair.same_state()
+
+
+def test_cupy_graph_capture_replays_with_new_inputs() -> None:
+    import cupy
+
+    from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
+
+    spec, k, batches = _graph_case()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    pair = Pair(spec, k, 1)
+    pair.cuda = CudaExecutor(top_k=k, stream=stream)  # same pools, executor on `stream`
+    buffers = ResolveBuffers.allocate(4, k)
+    cupy.cuda.Device().synchronize()
+    with stream:
+        stream.begin_capture()
+        pair.cuda.launch_resolve(pair.c_lead, buffers)
+        pair.cuda.replay(pair.c_fol, buffers.result.plan)
+        graph = stream.end_capture()
+    _check_graph(pair, buffers, lambda: graph.launch(stream), batches, stream)
+
+
+def test_torch_graph_capture_replays_with_new_inputs() -> None:
+    torch = pytest.importorskip("torch", reason="torch is needed for the torch.cuda.graph GPU test")
+    import cupy
+
+    from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
+
+    spec, k, batches = _graph_case()
+    pair = Pair(spec, k, 1)
+    side = torch.cuda.Stream()
+    stream = cupy.cuda.ExternalStream(side.cuda_stream)
+    pair.cuda = CudaExecutor(top_k=k, stream=stream)
+    buffers = ResolveBuffers.allocate(4, k)
+    cupy.cuda.Device().synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        pair.cuda.launch_resolve(pair.c_lead, buffers)
+        pair.cuda.replay(pair.c_fol, buffers.result.plan)
+
+    def launch() -> None:
+        with torch.cuda.stream(side):
+            graph.replay()
+
+    _check_graph(pair, buffers, launch, batches, stream)
+
+
+@pytest.mark.parametrize("speculative", [0, 2])
+def test_simulate_on_cuda_is_clean(speculative: int) -> None:
+    from hisparse.simulate import SimulateOptions, simulate
+
+    rep = simulate(SimulateOptions(requests=32, steps=200, seed=1, speculative=speculative,
+                                   executor="cuda"))
+    assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
+    assert rep.spills > 0 and rep.hot_hits > 0 and rep.misses > 0
