@@ -254,6 +254,8 @@ def _register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--batches", default="1,10,100,256", help="resolver batch sizes")
     p.add_argument("--miss-rates", default="0.001,0.2", help="resolver miss rates")
     p.add_argument("--no-torch", action="store_true", help="skip the unfused torch baseline")
+    p.add_argument("--no-flush", action="store_true",
+                   help="do not flush L2 between repetitions (warm caches)")
 
 
 def _cmd_bench_gpu(args: argparse.Namespace) -> int:
@@ -263,7 +265,7 @@ def _cmd_bench_gpu(args: argparse.Namespace) -> int:
         doc = resolver.run(
             batches=tuple(int(b) for b in args.batches.split(",")),
             miss_rates=tuple(float(m) for m in args.miss_rates.split(",")),
-            reps=args.reps, with_torch=not args.no_torch,
+            reps=args.reps, with_torch=not args.no_torch, flush_l2=not args.no_flush,
         )
         print(f"{doc['environment']}\nbulk H2D {doc['bulk_h2d']['GBps']:.1f} GB/s")
         for s in doc["shapes"]:
@@ -272,6 +274,8 @@ def _cmd_bench_gpu(args: argparse.Namespace) -> int:
             print(f"B={s['batch']:<4} miss={s['miss_rate']:<6} fused {s['fused_us']:8.1f} µs "
                   f"{s['fused_GBps']:6.1f} GB/s | gather {s['gather_us']:8.1f} µs "
                   f"({s['fraction_of_gather']:.0%} of it){torch}")
+            print("       phases (block 0, µs): " + ", ".join(
+                f"{k} {v:.1f}" for k, v in s["phases_us"].items()))
     else:
         from hisparse.bench import spill
 

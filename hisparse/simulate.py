@@ -57,14 +57,18 @@ class SimulateOptions:
 EXECUTORS = ("reference", "cuda")
 
 
-def make_executor(name: str, top_k: int, entries_per_slot: int) -> Executor[Any]:
+def make_executor(
+    name: str, top_k: int, entries_per_slot: int, max_positions: int
+) -> Executor[Any]:
     """The executor ``name`` (``reference`` runs anywhere; ``cuda`` needs CuPy and a GPU)."""
     if name == "reference":
         return ReferenceExecutor()
     if name == "cuda":
         from hisparse.executor.cuda import CudaExecutor
 
-        return CudaExecutor(top_k=top_k, entries_per_slot=entries_per_slot)
+        return CudaExecutor(
+            top_k=top_k, entries_per_slot=entries_per_slot, max_positions=max_positions
+        )
     raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
 
 
@@ -119,7 +123,9 @@ class Simulation:
             self.config, self.kv, gpu_blocks=opts.gpu_blocks,
             check=opts.check, record=opts.trace is not None,
         )
-        self.executor = make_executor(opts.executor, opts.top_k, opts.speculative + 1)
+        self.executor = make_executor(
+            opts.executor, opts.top_k, opts.speculative + 1, opts.max_pages * opts.block_tokens
+        )
         self.worker = HiSparseWorker(
             self.config, self.executor, gpu_blocks=opts.gpu_blocks, slots=opts.concurrency
         )

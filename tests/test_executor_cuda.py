@@ -52,10 +52,14 @@ def host_bytes(spec: PoolSpec, salt: int) -> NDArray[np.uint8]:
 class Pair:
     """A leader (and one follower) in both executors, from identical bytes."""
 
-    def __init__(self, spec: PoolSpec, top_k: int, entries: int, seed: int = 0) -> None:
+    def __init__(
+        self, spec: PoolSpec, top_k: int, entries: int, positions: int, seed: int = 0,
+        stream: Any = None,
+    ) -> None:
         self.spec = spec
         self.ref = ReferenceExecutor()
-        self.cuda = cuda_executor(top_k=top_k, entries_per_slot=entries)
+        self.cuda = cuda_executor(top_k=top_k, entries_per_slot=entries, max_positions=positions,
+                                  stream=stream)
         self.r_lead: ReferencePools = self.ref.allocate(spec)
         self.r_fol: ReferencePools = self.ref.allocate(spec, lru=False)
         self.c_lead = self.cuda.allocate(spec)
@@ -88,7 +92,7 @@ class Pair:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[PoolSpec, int, int, list[ResolveBatch]]:
+def scenarios(draw: st.DrawFn) -> tuple[PoolSpec, int, int, int, list[ResolveBatch]]:
     k = draw(st.sampled_from([1, 3, 8, 32, 64]))
     entries = draw(st.integers(1, 3))
     hot = entries * k + draw(st.sampled_from([0, 1, k]))
@@ -118,16 +122,16 @@ def scenarios(draw: st.DrawFn) -> tuple[PoolSpec, int, int, list[ResolveBatch]]:
             host_row=np.array(host, np.int32).reshape(-1, k),
             step=step * 3,
         ))
-    return spec, k, entries, batches
+    return spec, k, entries, universe, batches
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(scenarios())
 def test_cuda_matches_reference_bit_for_bit(
-    case: tuple[PoolSpec, int, int, list[ResolveBatch]],
+    case: tuple[PoolSpec, int, int, int, list[ResolveBatch]],
 ) -> None:
-    spec, k, entries, batches = case
-    pair = Pair(spec, k, entries)
+    spec, k, entries, positions, batches = case
+    pair = Pair(spec, k, entries, positions)
     for batch in batches:
         pair.step(batch)
 
@@ -137,7 +141,7 @@ def test_realistic_shape_matches_reference() -> None:
     k, h = 2048, 4096
     spec = PoolSpec(gpu_blocks=8, host_blocks=64, block_tokens=64, row_bytes=656,
                     hot_rows=h, slots=6)
-    pair = Pair(spec, k, 2, seed=3)
+    pair = Pair(spec, k, 2, 5000, seed=3)
     rng = np.random.default_rng(7)
     for step in range(1, 9):
         slots, topk = [], []
@@ -155,7 +159,7 @@ def test_realistic_shape_matches_reference() -> None:
 def test_worked_example_and_reset_slot() -> None:
     spec = PoolSpec(gpu_blocks=2, host_blocks=4, block_tokens=2, row_bytes=16, hot_rows=3,
                     slots=2)
-    pair = Pair(spec, 1, 1)
+    pair = Pair(spec, 1, 1, 21)
     seq = [[10], [13], [15], [13], [20]]
     for step, pos in enumerate(seq, start=1):
         topk = np.array([pos], np.int32)
@@ -173,8 +177,8 @@ def test_refusals_are_typed_and_change_nothing() -> None:
     spec = PoolSpec(gpu_blocks=2, host_blocks=4, block_tokens=2, row_bytes=16, hot_rows=8,
                     slots=2)
     with pytest.raises(ExecutorConfigError, match="hot_rows"):
-        cuda_executor(top_k=4, entries_per_slot=3).allocate(spec)
-    pair = Pair(spec, 4, 2)
+        cuda_executor(top_k=4, entries_per_slot=3, max_positions=8).allocate(spec)
+    pair = Pair(spec, 4, 2, 8)
     ok = np.array([[1, 2, 3, 4]], np.int32)
     neg = np.full_like(ok, -1)
     pair.step(ResolveBatch(np.array([0], np.int32), ok, neg, ok, 5))
@@ -186,6 +190,7 @@ def test_refusals_are_typed_and_change_nothing() -> None:
         ResolveBatch(np.array([0], np.int32), ok, neg, ok + 100, 6),  # host row out of range
         ResolveBatch(np.array([0], np.int32), np.ones((1, 8), np.int32),
                      np.full((1, 8), -1, np.int32), np.ones((1, 8), np.int32), 6),  # K > top_k
+        ResolveBatch(np.array([0], np.int32), ok + 4, neg, ok, 6),  # position >= max_positions
     ]
     for batch in bad:
         with pytest.raises(BadBatch):
@@ -205,7 +210,7 @@ def test_refusals_are_typed_and_change_nothing() -> None:
 def test_spills_land_with_events_and_guard_host_reads() -> None:
     spec = PoolSpec(gpu_blocks=4, host_blocks=8, block_tokens=64, row_bytes=656, hot_rows=4,
                     slots=1)
-    ex = cuda_executor(top_k=2)
+    ex = cuda_executor(top_k=2, max_positions=4)
     pools = ex.allocate(spec)
     rng = np.random.default_rng(0)
     device = rng.integers(0, 256, (spec.device_rows, spec.row_bytes), dtype=np.uint8)
@@ -229,7 +234,7 @@ def test_resolve_reads_spills_enqueued_before_it() -> None:
     """A miss on a host block whose spill is only *enqueued* reads the spilled bytes."""
     spec = PoolSpec(gpu_blocks=2, host_blocks=2, block_tokens=64, row_bytes=656, hot_rows=128,
                     slots=1)
-    ex = cuda_executor(top_k=64)
+    ex = cuda_executor(top_k=64, max_positions=64)
     pools = ex.allocate(spec)
     rng = np.random.default_rng(1)
     device = rng.integers(0, 256, (spec.device_rows, spec.row_bytes), dtype=np.uint8)
@@ -280,12 +285,11 @@ def _check_graph(pair: Pair, buffers: Any, launch: Any, batches: list[ResolveBat
 def test_cupy_graph_capture_replays_with_new_inputs() -> None:
     import cupy
 
-    from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
+    from hisparse.executor.cuda import ResolveBuffers
 
     spec, k, batches = _graph_case()
     stream = cupy.cuda.Stream(non_blocking=True)
-    pair = Pair(spec, k, 1)
-    pair.cuda = CudaExecutor(top_k=k, stream=stream)  # same pools, executor on `stream`
+    pair = Pair(spec, k, 1, 1500, stream=stream)
     buffers = ResolveBuffers.allocate(4, k)
     cupy.cuda.Device().synchronize()
     with stream:
@@ -300,13 +304,12 @@ def test_torch_graph_capture_replays_with_new_inputs() -> None:
     torch = pytest.importorskip("torch", reason="torch is needed for the torch.cuda.graph GPU test")
     import cupy
 
-    from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
+    from hisparse.executor.cuda import ResolveBuffers
 
     spec, k, batches = _graph_case()
-    pair = Pair(spec, k, 1)
     side = torch.cuda.Stream()
     stream = cupy.cuda.ExternalStream(side.cuda_stream)
-    pair.cuda = CudaExecutor(top_k=k, stream=stream)
+    pair = Pair(spec, k, 1, 1500, stream=stream)
     buffers = ResolveBuffers.allocate(4, k)
     cupy.cuda.Device().synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -13,6 +13,7 @@ Spills run on their own stream, ordered after the producing work by an event; th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,10 @@ from hisparse.executor.cuda.kernels import (
     RESOLVE_THREADS,
     ResolverShape,
     compile_kernels,
+    positions_per_thread,
+    rows_per_thread,
 )
-from hisparse.executor.cuda.pools import CudaPools, allocate_pools
+from hisparse.executor.cuda.pools import ABSENT, CudaPools, allocate_pools
 from hisparse.executor.cuda.results import CudaResolveResult, DevicePlan, ResolveBuffers
 from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
 from hisparse.executor.layout import ROW_ALIGN, PoolSpec
@@ -62,28 +65,45 @@ class CudaExecutor:
 
     ``top_k`` and ``entries_per_slot`` (speculative steps + 1) fix the resolver's shape
     limits when pools are allocated, so no launch has to check capacity: hot rows must
-    hold ``entries_per_slot * top_k`` rows. ``stream`` is the compute stream (default: the
-    current CuPy stream at construction; wrap a torch stream with ``cupy.cuda.ExternalStream``).
+    hold ``entries_per_slot * top_k`` rows. ``max_positions`` bounds logical positions
+    (the longest context): each slot keeps a position -> hot-row index of that length
+    (4 bytes per position per slot) so a lookup is one load. ``stream`` is the compute
+    stream (default: the current CuPy stream at construction; wrap a torch stream with
+    ``cupy.cuda.ExternalStream``).
     """
 
     def __init__(
-        self, *, top_k: int, entries_per_slot: int = 1, device: int = 0, stream: Any = None
+        self, *, top_k: int, max_positions: int, entries_per_slot: int = 1, device: int = 0,
+        stream: Any = None,
     ) -> None:
         cupy = load_cupy()
         self._cupy = cupy
         self.top_k = top_k
+        self.max_positions = max_positions
         self.entries_per_slot = entries_per_slot
         self.device_id = device
-        ResolverShape.of(top_k * entries_per_slot, top_k, entries_per_slot)  # fail early
+        ResolverShape.of(top_k * entries_per_slot, top_k, entries_per_slot, max_positions)
         with cupy.cuda.Device(device):
-            self.kernels = compile_kernels(device)
+            self.kernels = compile_kernels(device, self.defines(1))  # copy kernels
+            self.sms = int(cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"])
             self.stream = stream if stream is not None else cupy.cuda.get_current_stream()
             self.spill_stream = cupy.cuda.Stream(non_blocking=True)
         self._batches: list[_SpillBatch] = []
         self._pending: dict[int, list[_SpillBatch]] = {}  # transfer ID -> its copies, in order
         self._landed: list[int] = []
         self._spills_unwaited = False
-        self._smem = 0
+        self.resolvers: dict[ResolverShape, Any] = {}
+        """The resolver kernel compiled for each pool shape (rows per thread differ)."""
+
+    def defines(self, hot_rows: int) -> tuple[str, ...]:
+        """NVRTC options of the resolver for ``hot_rows``: per-thread register chunks are
+        compile-time constants. ``HISPARSE_NVRTC_OPTIONS`` adds options (tuning only)."""
+        extra = tuple(os.environ.get("HISPARSE_NVRTC_OPTIONS", "").split())
+        return (
+            f"-DHS_IPT={positions_per_thread(self.top_k)}",
+            f"-DHS_HPT={rows_per_thread(hot_rows)}",
+            *extra,
+        )
 
     # -- pools --------------------------------------------------------------------
 
@@ -91,10 +111,10 @@ class CudaExecutor:
         """Device pools plus a mapped pinned host pool of ``spec.host_rows`` rows."""
         shape = None
         if lru:
-            shape = ResolverShape.of(spec.hot_rows, self.top_k, self.entries_per_slot)
-            if shape.smem > self._smem:
-                self.kernels.resolve.max_dynamic_shared_size_bytes = shape.smem
-                self._smem = shape.smem
+            shape = ResolverShape.of(
+                spec.hot_rows, self.top_k, self.entries_per_slot, self.max_positions
+            )
+            self._resolver(shape)  # compile now, not at the first (maybe captured) launch
         assert spec.row_bytes % ROW_ALIGN == 0  # PoolSpec enforces it
         with self._cupy.cuda.Device(self.device_id), self.stream:
             return allocate_pools(spec, shape)
@@ -110,6 +130,7 @@ class CudaExecutor:
             pools.hot_tag[slot] = -1
             pools.hot_stamp[slot] = -1
             pools.lru_order[slot] = cupy.arange(pools.spec.hot_rows, dtype=cupy.int32)
+            pools.where[slot] = ABSENT
 
     # -- spills -------------------------------------------------------------------
 
@@ -254,6 +275,12 @@ class CudaExecutor:
         n, k = batch.topk.shape
         if k > shape.top_k:
             raise BadBatch(f"top-K {k} exceeds the executor's top_k {shape.top_k}")
+        if n and batch.topk.max() >= shape.max_positions:
+            e, i = np.argwhere(batch.topk >= shape.max_positions)[0]
+            raise BadBatch(
+                f"entry {e} position {i}: topk {batch.topk[e, i]} is not below the "
+                f"executor's max_positions {shape.max_positions}"
+            )
         if n:
             _, per_slot = np.unique(batch.slots, return_counts=True)
             if per_slot.max() > self.entries_per_slot:
@@ -299,6 +326,15 @@ class CudaExecutor:
         with self.stream:
             self._order_after_spills()
 
+    def _resolver(self, shape: ResolverShape) -> Any:
+        """The resolver kernel for ``shape``, compiled on first use."""
+        kernel = self.resolvers.get(shape)
+        if kernel is None:
+            kernel = compile_kernels(self.device_id, self.defines(shape.hot_rows)).resolve
+            kernel.max_dynamic_shared_size_bytes = shape.smem
+            self.resolvers[shape] = kernel
+        return kernel
+
     def _leader_shape(self, pools: CudaPools) -> ResolverShape:
         if pools.shape is None:
             raise BadBatch("these are a follower's pools: they have no LRU state; use replay")
@@ -310,11 +346,14 @@ class CudaExecutor:
     ) -> None:
         spec = pools.spec
         n, k = topk.shape
-        self.kernels.resolve(
-            (n,), (RESOLVE_THREADS,),
+        helpers = max(0, self.sms - n)  # idle SMs help copy the misses of few, big runs
+        self._resolver(shape)(
+            (n + helpers,), (RESOLVE_THREADS,),
             (slots, topk, resident, host, step, np.int32(n), np.int32(k),
-             pools.hot_tag, pools.hot_stamp, pools.lru_order, pools.host_device, pools.device,
-             np.int32(spec.hot_rows), np.int32(shape.cap), np.int32(spec.resident_rows),
+             pools.hot_tag, pools.hot_stamp, pools.lru_order, pools.where, pools.ready,
+             pools.ctrl, pools.host_device, pools.device,
+             np.int32(spec.hot_rows), np.int32(shape.max_positions),
+             np.int32(spec.resident_rows),
              np.int32(spec.row_bytes // 16),
              out.rows, out.plan.pairs, out.plan.counts, out.counters),
             shared_mem=shape.smem,

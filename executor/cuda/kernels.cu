@@ -2,30 +2,34 @@
 // the batched spill copy. Compiled at run time by NVRTC through CuPy's RawModule.
 //
 // The resolver follows docs/resolver.md rule for rule; hisparse.executor.resolver.decide
-// is the oracle it is tested against bit for bit. One thread block serves one slot's run
-// of consecutive entries (speculative steps), so the slot's hot state is private to the
-// block for the whole launch: no inter-block synchronization, no host round trip.
+// is the oracle it is tested against bit for bit. One thread block decides one slot's
+// run of consecutive entries (speculative steps), so the slot's LRU state is private to
+// that block for the launch; idle blocks only help copy missing rows once a run's plan
+// is published. No host round trip anywhere.
 //
 // Per-slot state in global memory: hot_tag / hot_stamp (int64 [slots, H], the public
-// LRU state) and lru_order (int32 [slots, H]): the slot's rows sorted by (stamp, row),
-// a cache of information the stamps already hold. It turns "the m least recently used
-// rows not in use" into one prefix sum instead of a sort.
+// LRU state) and two indexes derived from them, kept in step by the kernel:
+// - lru_order (int32 [slots, H]): the rows sorted by (stamp, row), which turns "the m
+//   least recently used rows not in use" into one prefix sum instead of a sort;
+// - where (int32 [slots, P]): position -> hot row, so a lookup is one load instead of
+//   a scan of H tags or a hash table rebuilt in shared memory every launch.
 
 typedef long long i64;
 
-#define EMPTY_KEY (-1)
-#define ABSENT 0x7fffffff        // hash value: key known, position not hot
-#define MISS_BASE (1 << 24)      // hash values below are hot-row indices (H < 2^24)
-#define FIRST_BIT (1 << 30)      // occ[] flag: first occurrence of a miss in its entry
-#define OCC_NONE (-1)            // occ[]: padding or resident, nothing to do
-#define OCC_LOOKUP (-2)          // occ[]: needs a hot lookup
-#define OCC_HOT (-3)             // occ[]: resolved as a hot hit
+#ifdef HISPARSE_PROFILE  // phase timestamps of the block deciding entry 0, for tuning only
+__device__ long long hisparse_prof[16];
+#define PROF(i) do { __syncthreads(); if (threadIdx.x == 0 && ticket == 0) hisparse_prof[i] = clock64(); } while (0)
+#else
+#define PROF(i) do { } while (0)
+#endif
 
-__device__ __forceinline__ unsigned hash_slot(int p, unsigned mask) {
-    unsigned h = (unsigned)p * 0x9E3779B1u;
-    h ^= h >> 15;
-    return h & mask;
-}
+#define ABSENT 0x7fffffff        // where[]: the position is not hot in the slot
+#define MISS_BASE (1 << 24)      // where[] values below are hot-row indices (H < 2^16)
+#define OCC_NONE (-1)            // occ[]: padding or resident, nothing to do
+#define OCC_LOOKUP (-2)          // occ[]: a miss; becomes its first occurrence's index
+#define OCC_HOT (-3)             // occ[]: resolved as a hot hit
+#define BCAST 66                 // ws[]: the broadcast slot (ws[0..65] is scan scratch)
+#define WS_INTS 68               // ints of scan scratch + broadcast in shared memory
 
 __device__ __forceinline__ int warp_inclusive_scan(int v) {
     const int lane = threadIdx.x & 31;
@@ -58,12 +62,37 @@ __device__ int block_exclusive_scan(int v, int* ws, int* total) {
     return out;
 }
 
-__device__ __forceinline__ bool bit_get(const unsigned* bits, int j) {
-    return (bits[j >> 5] >> (j & 31)) & 1u;
-}
-
-__device__ __forceinline__ void bit_set(unsigned* bits, int j) {
-    atomicOr(&bits[j >> 5], 1u << (j & 31));
+// The same over 64-bit values (three packed 21-bit counters).
+__device__ long long block_exclusive_scan64(long long v, int* ws, long long* total) {
+    long long* w64 = (long long*)ws;  // [33]: 32 warps' sums and the total
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    long long incl = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        long long up = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += up;
+    }
+    __syncthreads();  // ws may still be read by a previous scan's stragglers
+    if (lane == 31) w64[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        long long x = lane < warps ? w64[lane] : 0;
+        long long xi = x;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            long long up = __shfl_up_sync(0xffffffffu, xi, o);
+            if (lane >= o) xi += up;
+        }
+        __syncwarp();
+        if (lane < warps) w64[lane] = xi - x;
+        if (lane == warps - 1) w64[32] = xi;
+    }
+    __syncthreads();
+    const long long out = w64[warp] + incl - v;
+    *total = w64[32];
+    __syncthreads();
+    return out;
 }
 
 // Copy `count` rows named by int2 pairs (dst device row, src host row), `rv` 16-byte
@@ -93,6 +122,100 @@ __device__ __forceinline__ void copy_pairs(
     }
 }
 
+#ifndef HS_IPT
+#define HS_IPT 2   // top-K positions per thread: ceil(K / 1024), set by the executor
+#endif
+#ifndef HS_HPT
+#define HS_HPT 4   // hot rows per thread: ceil(H / 1024), set by the executor
+#endif
+
+// This thread's contiguous chunk a[q0 .. q0 + HS_HPT) (-1 past H), with 16-byte loads
+// where alignment allows: conflict-free in shared memory, coalesced in global memory.
+__device__ __forceinline__ void load_chunk(const int* a, int q0, int H, int (&v)[HS_HPT]) {
+#if HS_HPT % 4 == 0
+    if (q0 + HS_HPT <= H && ((unsigned long long)(a + q0) & 15) == 0) {
+#pragma unroll
+        for (int k = 0; k < HS_HPT / 4; ++k) {
+            const int4 x = reinterpret_cast<const int4*>(a + q0)[k];
+            v[4 * k] = x.x; v[4 * k + 1] = x.y; v[4 * k + 2] = x.z; v[4 * k + 3] = x.w;
+        }
+        return;
+    }
+#endif
+#pragma unroll
+    for (int c = 0; c < HS_HPT; ++c) v[c] = q0 + c < H ? a[q0 + c] : -1;
+}
+
+// Entry e is the head of a run: a real slot, different from the previous entry's.
+__device__ __forceinline__ bool is_head(const int* slots, int e) {
+    const int s = slots[e];
+    return s >= 0 && (e == 0 || slots[e - 1] != s);
+}
+
+// The copy work of run heads is split between the head's block (part 0) and helper
+// blocks (parts 1..): helper h serves head rank h % heads. Returns the number of heads
+// and, through *which, the entry of head rank `rank` (rank < 0: the rank of entry `e`).
+__device__ int heads_info(const int* slots, int n, int rank, int e, int* which, int* ws) {
+    int mine = 0;
+    const int per = (n + blockDim.x - 1) / blockDim.x;
+    const int lo = threadIdx.x * per;
+    for (int c = 0; c < per; ++c)
+        if (lo + c < n && is_head(slots, lo + c)) ++mine;
+    int heads;
+    int before = block_exclusive_scan(mine, ws, &heads);
+    for (int c = 0; c < per; ++c) {
+        const int x = lo + c;
+        if (x < n && is_head(slots, x)) {
+            if (rank >= 0 && before == rank) ws[BCAST] = x;
+            if (rank < 0 && x == e) ws[BCAST] = before;
+            ++before;
+        }
+    }
+    __syncthreads();
+    *which = ws[BCAST];
+    __syncthreads();
+    return heads;
+}
+
+// Copy this block's share (part `part` of `parts`) of a run's miss plan.
+__device__ void copy_share(const int* plan, const int* plan_count, int e0, int e1, int K,
+                           int rv, int part, int parts, const uint4* host_pool,
+                           uint4* device_pool) {
+    for (int e = e0; e < e1; ++e) {  // __ldcg: another block wrote the plan (skip L1)
+        const int total = __ldcg(plan_count + e) * rv;
+        const int lo = (int)((i64)total * part / parts), hi = (int)((i64)total * (part + 1) / parts);
+        const int2* pairs = (const int2*)(plan + (i64)e * K * 2);
+        for (int base = lo + threadIdx.x; base < hi; base += 4 * blockDim.x) {
+            uint4 buf[4];
+            i64 to[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int idx = base + u * blockDim.x;
+                to[u] = -1;
+                if (idx < hi) {
+                    const int r = idx / rv, v = idx - r * rv;
+                    const int2 pr = __ldcg(pairs + r);
+                    buf[u] = __ldg(host_pool + (i64)pr.y * rv + v);
+                    to[u] = (i64)pr.x * rv + v;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (to[u] >= 0) device_pool[to[u]] = buf[u];
+        }
+    }
+}
+
+__device__ __forceinline__ int load_cg(const int* p) { return __ldcg(p); }
+__device__ __forceinline__ i64 load_cg(const i64* p) { return __ldcg((const long long*)p); }
+
+// Grid: n + helpers blocks of 1024 threads. Blocks take tickets in start order; ticket
+// t < n decides entry t's run (if t heads one), ticket t >= n is a copy helper. A helper
+// only waits for runs whose deciding block is already running, so waiting is safe.
+//
+// where[s][p] is the slot's position -> hot-row index, kept with hot_tag: a hot row's
+// index, ABSENT, or (only inside a launch) MISS_BASE + the first occurrence of a miss.
+// A lookup is one global load; nothing is rebuilt per launch.
 extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     const int* __restrict__ slots,       // [n], -1 = padding entry
     const int* __restrict__ topk,        // [n, K]
@@ -103,218 +226,263 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     i64* __restrict__ hot_tag,           // [slots, H]
     i64* __restrict__ hot_stamp,         // [slots, H]
     int* __restrict__ lru_order,         // [slots, H]
+    int* __restrict__ where,             // [slots, P]
+    i64* __restrict__ ready,             // [slots]: step whose plan for the slot is complete
+    int* __restrict__ ctrl,              // [2]: ticket, blocks done (reset by the last block)
     const uint4* __restrict__ host_pool, // mapped pinned host rows
     uint4* __restrict__ device_pool,     // packed resident + hot rows
-    int H, int cap, int R, int rv,
+    int H, int P, int R, int rv,
     int* __restrict__ rows,              // [n, K] out
     int* __restrict__ plan,              // [n, K, 2] out: first plan_count[e] pairs valid
     int* __restrict__ plan_count,        // [n] out
     int* __restrict__ counters)          // [n, 3] out: resident, hot, miss
 {
-    extern __shared__ int smem[];
-    const int e0 = blockIdx.x;
-    if (e0 >= n) return;
-    const int s = slots[e0];
-    if (s >= 0 && e0 > 0 && slots[e0 - 1] == s) return;  // not the head of its run
-    int e1 = e0 + 1;
-    if (s >= 0)
-        while (e1 < n && slots[e1] == s) ++e1;
+    extern __shared__ __align__(16) int smem[];
+    const int tid = threadIdx.x;
+    int* ws = smem;                      // [WS_INTS] scan scratch (8-aligned), ws[BCAST]
+    int* used = ws + WS_INTS;            // [H] 1 = row in U (used by this launch)
+    int* victims = used + H;             // [K] the entry's victims, in LRU order
+    int* first_row = victims + K;        // [K] row taken by a miss's first occurrence
+    int* new_order = first_row + K;      // [H] the order being committed
 
-    const int tid = threadIdx.x, T = blockDim.x;
-    const unsigned mask = (unsigned)cap - 1u;
-    int* keys = smem;                    // [cap] positions, EMPTY_KEY = free
-    int* vals = keys + cap;              // [cap] hot row, or MISS_BASE + first index, or ABSENT
-    int* tag32 = vals + cap;             // [H] the slot's tags as this launch sees them
-    int* order = tag32 + H;              // [H] rows by (stamp, row) at launch start
-    int* victims = order + H;            // [K] the entry's victims, in LRU order
-    int* occ = victims + K;              // [K] per-occurrence state (OCC_* or hash slot)
-    int* ws = occ + K;                   // [33] scan scratch
-    unsigned* inuse = (unsigned*)(ws + 33);  // [ceil(H/32)] rows used by this launch
-
-    const int ipt = (K + T - 1) / T;     // occurrences per thread, contiguous chunks
-    const int hpt = (H + T - 1) / T;     // hot rows per thread, contiguous chunks
+    if (tid == 0) ws[BCAST] = atomicAdd(&ctrl[0], 1);
+    __syncthreads();
+    const int ticket = ws[BCAST];
+    __syncthreads();
     const i64 step = *step_ptr;
-    const int hot0 = R + s * H;
-    bool built = false;
+    const int helpers = gridDim.x - n;
 
-    for (int e = e0; e < e1; ++e) {
-        const int* tp = topk + (i64)e * K;
-        const int* rp = resident + (i64)e * K;
-        int* out = rows + (i64)e * K;
-
-        // Rules 1-2: padding and resident positions, counted; everything else looks up.
-        int mine = 0;  // resident count | lookup count << 16 (K < 65536)
-        for (int c = 0; c < ipt; ++c) {
-            const int i = tid * ipt + c;
-            if (i >= K) break;
-            const int p = s >= 0 ? tp[i] : -1;
-            int o = OCC_NONE, row = -1;
-            if (p >= 0) {
-                const int r = rp[i];
-                if (r >= 0) { row = r; mine += 1; }
-                else { o = OCC_LOOKUP; mine += 1 << 16; }
-            }
-            out[i] = row;
-            occ[i] = o;
-        }
-        int both;
-        block_exclusive_scan(mine, ws, &both);
-        const int n_res = both & 0xffff, n_look = both >> 16;
-        if (n_look == 0) {  // fully resident (or padding): no hot state touched
+    if (ticket >= n) {  // a copy helper
+        int head;
+        const int heads = heads_info(slots, n, -1, -1, &head, ws);
+        if (heads > 0) {
+            const int h = ticket - n, rank = h % heads;
+            heads_info(slots, n, rank, -1, &head, ws);
+            const int s = slots[head];
+            int e1 = head + 1;
+            while (e1 < n && slots[e1] == s) ++e1;
+            const int parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
             if (tid == 0) {
-                counters[e * 3 + 0] = n_res; counters[e * 3 + 1] = 0; counters[e * 3 + 2] = 0;
-                plan_count[e] = 0;
-            }
-            continue;
-        }
-
-        if (!built) {  // the slot's hot state, loaded once per launch
-            for (int j = tid; j < H; j += T) {
-                tag32[j] = (int)hot_tag[(i64)s * H + j];
-                order[j] = lru_order[(i64)s * H + j];
-            }
-            for (int q = tid; q < cap; q += T) { keys[q] = EMPTY_KEY; vals[q] = ABSENT; }
-            for (int w = tid; w < (H + 31) / 32; w += T) inuse[w] = 0u;
-            __syncthreads();
-            for (int j = tid; j < H; j += T) {
-                const int p = tag32[j];
-                if (p < 0) continue;
-                unsigned h = hash_slot(p, mask);
-                while (atomicCAS(&keys[h], EMPTY_KEY, p) != EMPTY_KEY) h = (h + 1) & mask;
-                vals[h] = j;
+                volatile i64* flag = ready + s;
+                while (*flag != step) __nanosleep(100);
+                __threadfence();
             }
             __syncthreads();
-            built = true;
+            copy_share(plan, plan_count, head, e1, K, rv, 1 + h / heads, parts, host_pool,
+                       device_pool);
         }
+    } else if (is_head(slots, ticket) || slots[ticket] < 0) {
+        const int e0 = ticket;
+        const int s = slots[e0];
+        int e1 = e0 + 1;
+        if (s >= 0)
+            while (e1 < n && slots[e1] == s) ++e1;
+        PROF(0);
+        const int q0 = tid * HS_HPT;
+        const int hot0 = R + s * H;
+        i64* tag = hot_tag + (i64)s * H;
+        i64* stamp = hot_stamp + (i64)s * H;
+        int* wh = where + (i64)s * P;
+        bool touched = false, wrote_plan = false;
+        int ord[HS_HPT];  // this thread's chunk of the (stamp, row) order at launch start
 
-        // Rule 3: hot hits refresh their row; absent positions register as misses,
-        // keeping the smallest occurrence index (first occurrence) per position.
-        for (int c = 0; c < ipt; ++c) {
-            const int i = tid * ipt + c;
-            if (i >= K) break;
-            if (occ[i] != OCC_LOOKUP) continue;
-            const int p = tp[i];
-            unsigned h = hash_slot(p, mask);
-            for (;;) {
-                const int old = atomicCAS(&keys[h], EMPTY_KEY, p);
-                if (old == EMPTY_KEY || old == p) break;
-                h = (h + 1) & mask;
+        for (int e = e0; e < e1; ++e) {
+            const i64 row0 = (i64)e * K;
+            int* out = rows + row0;
+            int pos[HS_IPT], res[HS_IPT], occ[HS_IPT], w[HS_IPT];
+            // Rules 1-3 in one pass: padding, resident, then one load of where[p]: a hot
+            // hit takes its row, joins U and gets this step's stamp; anything else
+            // registers as a miss, keeping its first occurrence (atomicMin).
+#pragma unroll
+            for (int c = 0; c < HS_IPT; ++c) {
+                const int i = tid * HS_IPT + c;
+                pos[c] = (s >= 0 && i < K) ? topk[row0 + i] : -1;
+                res[c] = (s >= 0 && i < K) ? resident[row0 + i] : -1;
             }
-            const int v = atomicMin(&vals[h], MISS_BASE + i);
-            if (v < MISS_BASE) {
-                out[i] = hot0 + v;
-                bit_set(inuse, v);
-                occ[i] = OCC_HOT;
-            } else {
-                occ[i] = (int)h;
-            }
-        }
-        __syncthreads();
-
-        // First occurrences of misses, ranked in occurrence order.
-        int firsts = 0;
-        for (int c = 0; c < ipt; ++c) {
-            const int i = tid * ipt + c;
-            if (i >= K) break;
-            const int o = occ[i];
-            if (o >= 0 && vals[o] == MISS_BASE + i) { occ[i] = o | FIRST_BIT; ++firsts; }
-        }
-        int m;
-        int rank = block_exclusive_scan(firsts, ws, &m);
-
-        // Rule 4: victims are the first m rows of the (stamp, row) order not in use.
-        int cands = 0;
-        for (int c = 0; c < hpt; ++c) {
-            const int q = tid * hpt + c;
-            if (q < H && !bit_get(inuse, order[q])) ++cands;
-        }
-        int n_cand;
-        int cpos = block_exclusive_scan(cands, ws, &n_cand);
-        for (int c = 0; c < hpt; ++c) {
-            const int q = tid * hpt + c;
-            if (q < H && !bit_get(inuse, order[q])) {
-                if (cpos < m) victims[cpos] = order[q];
-                ++cpos;
-            }
-        }
-        __syncthreads();
-        const int filled = m < n_cand ? m : n_cand;  // the executor's shape check makes m <= n_cand
-
-        for (int c = 0; c < ipt; ++c) {
-            const int i = tid * ipt + c;
-            if (i >= K) break;
-            const int o = occ[i];
-            if (o < 0 || !(o & FIRST_BIT)) continue;
-            if (rank < filled) {
-                const int j = victims[rank];
-                const int old = tag32[j];
-                if (old >= 0) {  // the evicted position is no longer hot
-                    unsigned h = hash_slot(old, mask);
-                    while (keys[h] != old) h = (h + 1) & mask;
-                    vals[h] = ABSENT;
+#pragma unroll
+            for (int c = 0; c < HS_IPT; ++c)
+                w[c] = (pos[c] >= 0 && res[c] < 0) ? load_cg(wh + pos[c]) : ABSENT;
+            if (e == e0) {  // while where[] loads fly: U starts empty, load the LRU order
+                if (s >= 0) {
+                    load_chunk(lru_order + (i64)s * H, q0, H, ord);
+                    for (int j = tid; j < H; j += blockDim.x) used[j] = 0;
                 }
-                const int p = tp[i];
-                tag32[j] = p;
-                vals[o & ~FIRST_BIT] = j;
-                bit_set(inuse, j);
-                hot_tag[(i64)s * H + j] = p;
-                const i64 pi = ((i64)e * K + rank) * 2;
-                plan[pi] = hot0 + j;
-                plan[pi + 1] = host_row[(i64)e * K + i];
-                out[i] = hot0 + j;
+                __syncthreads();  // U is zeroed before any row joins it
             }
-            ++rank;
-        }
-        __syncthreads();
-
-        // Repeats of a missed position map to the row its first occurrence took.
-        for (int c = 0; c < ipt; ++c) {
-            const int i = tid * ipt + c;
-            if (i >= K) break;
-            const int o = occ[i];
-            if (o >= 0 && !(o & FIRST_BIT)) {
-                const int v = vals[o];
-                out[i] = v < MISS_BASE ? hot0 + v : -1;
+            long long mine = 0;  // resident | lookups << 21 | miss occurrences << 42
+#pragma unroll
+            for (int c = 0; c < HS_IPT; ++c) {
+                const int i = tid * HS_IPT + c;
+                occ[c] = OCC_NONE;
+                int row = -1;
+                if (pos[c] >= 0) {
+                    if (res[c] >= 0) { row = res[c]; mine += 1; }
+                    else if (w[c] < MISS_BASE) {
+                        row = hot0 + w[c];
+#ifdef HS_EXP_PLAIN_USED
+                        used[w[c]] = 1;
+#else
+                        atomicOr(&used[w[c]], 1);  // its stamp becomes `step` at commit
+#endif
+                        occ[c] = OCC_HOT;
+                        mine += 1ll << 21;
+                    } else {
+                        atomicMin(wh + pos[c], MISS_BASE + i);
+                        occ[c] = OCC_LOOKUP;
+                        mine += (1ll << 21) + (1ll << 42);
+                    }
+                }
+                if (i < K) out[i] = row;
             }
+            long long sums;
+            block_exclusive_scan64(mine, ws, &sums);
+            const int n_res = (int)(sums & 0x1fffff), n_look = (int)((sums >> 21) & 0x1fffff);
+            const int n_missocc = (int)(sums >> 42);
+            touched |= n_look > 0;
+            PROF(1);
+            int filled = 0;
+            if (n_missocc > 0) {
+                // Each miss occurrence learns its position's first occurrence; first
+                // occurrences (in occurrence order) and victim candidates (rows not in U,
+                // in (stamp, row) order) are ranked by one packed scan.
+                int firsts = 0;
+#pragma unroll
+                for (int c = 0; c < HS_IPT; ++c) {
+                    if (occ[c] != OCC_LOOKUP) continue;
+                    const int i = tid * HS_IPT + c;
+                    occ[c] = load_cg(wh + pos[c]) - MISS_BASE;  // the first occurrence
+                    if (occ[c] == i) ++firsts;
+                }
+                int cands = 0;
+#pragma unroll
+                for (int c = 0; c < HS_HPT; ++c)
+                    if (ord[c] >= 0 && !used[ord[c]]) ++cands;
+                int totals;
+                const int packed = block_exclusive_scan(firsts | (cands << 16), ws, &totals);
+                const int rank = packed & 0xffff;
+                int cpos = packed >> 16;
+                const int m = totals & 0xffff, n_cand = totals >> 16;
+                PROF(2);
+                // Rule 4: the m first candidates are the victims.
+#pragma unroll
+                for (int c = 0; c < HS_HPT; ++c) {
+                    if (ord[c] >= 0 && !used[ord[c]]) {
+                        if (cpos < m) victims[cpos] = ord[c];
+                        ++cpos;
+                    }
+                }
+                __syncthreads();
+                PROF(3);
+                filled = m < n_cand ? m : n_cand;  // shape checks make m <= n_cand
+                int hr[HS_IPT], vj[HS_IPT];
+                i64 old[HS_IPT];
+                int r = rank;
+#pragma unroll
+                for (int c = 0; c < HS_IPT; ++c) {
+                    const int i = tid * HS_IPT + c;
+                    vj[c] = -1;
+                    if (occ[c] == i) {
+                        if (r < filled) vj[c] = victims[r];
+                        ++r;
+                    }
+                    hr[c] = vj[c] >= 0 ? host_row[row0 + i] : -1;
+                    old[c] = vj[c] >= 0 ? load_cg(tag + vj[c]) : -1;
+                }
+                r = rank;
+#pragma unroll
+                for (int c = 0; c < HS_IPT; ++c) {
+                    const int i = tid * HS_IPT + c;
+                    if (occ[c] != i) continue;
+                    const int j = vj[c];
+                    int row = -1;
+                    if (j >= 0) {
+                        if (old[c] >= 0) wh[old[c]] = ABSENT;  // evicted: no longer hot
+                        wh[pos[c]] = j;
+                        tag[j] = pos[c];
+                        used[j] = 1;
+                        const i64 pi = (row0 + r) * 2;
+                        row = hot0 + j;
+                        plan[pi] = row;
+                        plan[pi + 1] = hr[c];
+                        wrote_plan = true;
+                    }
+                    out[i] = row;
+                    first_row[i] = row;
+                    ++r;
+                }
+                __syncthreads();
+                PROF(4);
+                // Repeats of a missed position map to the row its first occurrence took.
+#pragma unroll
+                for (int c = 0; c < HS_IPT; ++c) {
+                    const int i = tid * HS_IPT + c;
+                    if (occ[c] >= 0 && occ[c] != i) out[i] = first_row[occ[c]];
+                }
+            }
+            if (tid == 0) {
+                counters[e * 3 + 0] = n_res;
+                counters[e * 3 + 1] = n_look - filled;
+                counters[e * 3 + 2] = filled;
+                plan_count[e] = filled;
+            }
+            __syncthreads();  // the next entry sees this one's where[], tags and U
+            PROF(5);
         }
-        if (tid == 0) {
-            counters[e * 3 + 0] = n_res;
-            counters[e * 3 + 1] = n_look - filled;
-            counters[e * 3 + 2] = filled;
-            plan_count[e] = filled;
-        }
-        __syncthreads();
-    }
-    if (!built) return;
 
-    // Commit: used rows take this step's stamp; the (stamp, row) order becomes the
-    // unused rows in their old order followed by the used rows by index.
-    int unused = 0, used = 0;
-    for (int c = 0; c < hpt; ++c) {
-        const int q = tid * hpt + c;
-        if (q >= H) break;
-        if (!bit_get(inuse, order[q])) ++unused;
-        if (bit_get(inuse, q)) ++used;
-    }
-    int n_unused, n_used;
-    int upos = block_exclusive_scan(unused, ws, &n_unused);
-    int kpos = block_exclusive_scan(used, ws, &n_used) + n_unused;
-    int* lo = lru_order + (i64)s * H;
-    for (int c = 0; c < hpt; ++c) {
-        const int q = tid * hpt + c;
-        if (q >= H) break;
-        const int j = order[q];
-        if (!bit_get(inuse, j)) lo[upos++] = j;
-        if (bit_get(inuse, q)) {
-            lo[kpos++] = q;
-            hot_stamp[(i64)s * H + q] = step;
+        // The run's plan is complete: its writers fence, then its helpers may copy.
+        if (s >= 0 && helpers > 0) {
+#ifndef HS_EXP_NO_FENCE
+            if (wrote_plan || tid == 0) __threadfence();
+#endif
+            __syncthreads();
+            if (tid == 0) *((volatile i64*)(ready + s)) = step;
+        }
+
+        if (touched) {
+            // Commit: rows in U take this step's stamp; the (stamp, row) order becomes the
+            // unused rows in their old order, then the rows in U by index. Built in shared
+            // memory, then stored coalesced (scattered stores from one SM are slow).
+            int mine_used[HS_HPT];
+            load_chunk(used, q0, H, mine_used);
+            int unused = 0, nused = 0;
+#pragma unroll
+            for (int c = 0; c < HS_HPT; ++c) {
+                if (ord[c] >= 0 && !used[ord[c]]) ++unused;
+                if (mine_used[c] > 0) ++nused;
+            }
+            int tot;
+            const int packed = block_exclusive_scan(unused | (nused << 16), ws, &tot);
+            int upos = packed & 0xffff, kpos = (packed >> 16) + (tot & 0xffff);
+#pragma unroll
+            for (int c = 0; c < HS_HPT; ++c) {
+                if (ord[c] >= 0 && !used[ord[c]]) new_order[upos++] = ord[c];
+                if (mine_used[c] > 0) new_order[kpos++] = q0 + c;
+            }
+            __syncthreads();
+            for (int j = tid; j < H; j += blockDim.x) {
+                lru_order[(i64)s * H + j] = new_order[j];
+                if (used[j]) stamp[j] = step;
+            }
+            PROF(6);
+            // This block's share of the miss copies, straight from pinned host memory.
+            int parts = 1;
+            if (helpers > 0) {
+                int rank;
+                const int heads = heads_info(slots, n, -1, e0, &rank, ws);
+                parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
+            }
+            copy_share(plan, plan_count, e0, e1, K, rv, 0, parts, host_pool, device_pool);
+            PROF(7);
         }
     }
 
-    // Miss copies for the whole run, straight from pinned host memory.
-    for (int e = e0; e < e1; ++e)
-        copy_pairs((const int2*)(plan + (i64)e * K * 2), plan_count[e], rv,
-                   host_pool, device_pool, tid, T);
+    // The last block out resets the tickets for the next launch on these pools.
+    __syncthreads();
+    if (tid == 0 && atomicAdd(&ctrl[1], 1) == (int)gridDim.x - 1) {
+        ctrl[0] = 0;
+        ctrl[1] = 0;
+        __threadfence();
+    }
 }
 
 // Follower replay: entry e's first plan_count[e] (hot row, host row) pairs, copied from

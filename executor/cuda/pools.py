@@ -17,6 +17,9 @@ from hisparse.executor.cuda.backend import load_cupy
 from hisparse.executor.cuda.kernels import ResolverShape
 from hisparse.executor.layout import PoolSpec
 
+ABSENT = 0x7FFFFFFF
+"""``where`` entry of a position that is not hot (kernels.cu's ABSENT)."""
+
 _HOST_ALLOC_PORTABLE = 1  # cudaHostAllocPortable
 _HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
 
@@ -76,6 +79,12 @@ class CudaPools:
     hot_tag: Any
     hot_stamp: Any
     lru_order: Any
+    where: Any
+    """int32 [slots, max_positions]: position -> hot row (or ABSENT), kept with hot_tag."""
+    ready: Any
+    """int64 [slots]: the step whose miss plan for the slot is complete (copy helpers)."""
+    ctrl: Any
+    """int32 [2]: the resolver's block tickets; the last block of a launch resets them."""
     pinned: PinnedHostBuffer
     last_step: int | None = None
     pending_blocks: dict[int, int] = field(default_factory=dict)
@@ -89,6 +98,7 @@ def allocate_pools(spec: PoolSpec, shape: ResolverShape | None) -> CudaPools:
     host = pinned.host_view(spec.host_rows, spec.row_bytes)
     host[...] = 0
     slots = spec.slots if shape is not None else 0
+    positions = shape.max_positions if shape is not None else 0
     order = cupy.tile(cupy.arange(spec.hot_rows, dtype=cupy.int32), (slots, 1))
     return CudaPools(
         spec=spec,
@@ -99,5 +109,8 @@ def allocate_pools(spec: PoolSpec, shape: ResolverShape | None) -> CudaPools:
         hot_tag=cupy.full((slots, spec.hot_rows), -1, dtype=cupy.int64),
         hot_stamp=cupy.full((slots, spec.hot_rows), -1, dtype=cupy.int64),
         lru_order=order.reshape(slots, spec.hot_rows),
+        where=cupy.full((slots, positions), ABSENT, dtype=cupy.int32),
+        ready=cupy.full(slots, -1, dtype=cupy.int64),
+        ctrl=cupy.zeros(2, dtype=cupy.int32),
         pinned=pinned,
     )

@@ -25,9 +25,38 @@ import numpy as np
 from hisparse.bench.gpu import GpuTimer, environment
 from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
 from hisparse.executor.cuda.backend import load_cupy
+from hisparse.executor.cuda.kernels import compile_kernels
 from hisparse.executor.layout import PoolSpec
 
 VARIANTS = 8  # distinct host-row sets cycled through the repetitions
+PHASES = ("classify and look up", "rank misses", "pick victims", "assign",
+          "repeats and counters", "commit LRU order", "copy misses")
+
+
+def phases(cupy: Any, ex: CudaExecutor, pools: Any, buffers: ResolveBuffers,
+           restore: Any, timer: GpuTimer) -> dict[str, float]:
+    """Microseconds per resolver phase of the block deciding entry 0, in a
+    ``-DHISPARSE_PROFILE`` build, launched like the timed runs (after an L2 flush)."""
+    shape = pools.shape
+    assert shape is not None
+    prof = compile_kernels(
+        ex.device_id, (*ex.defines(pools.spec.hot_rows), "-DHISPARSE_PROFILE")
+    )
+    prof.resolve.max_dynamic_shared_size_bytes = shape.smem
+    plain, ex.resolvers[shape] = ex.resolvers[shape], prof.resolve
+    try:
+        restore(0)
+        if timer.flush.size:
+            timer.flush.fill(0)
+        ex.launch_resolve(pools, buffers)
+        cupy.cuda.get_current_stream().synchronize()
+    finally:
+        ex.resolvers[shape] = plain
+    ptr = prof.module.get_global("hisparse_prof")
+    stamps = cupy.ndarray((16,), dtype=cupy.int64, memptr=ptr).get()
+    khz = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrClockRate, 0)
+    return {name: float(stamps[i + 1] - stamps[i]) / khz * 1000.0
+            for i, name in enumerate(PHASES)}
 
 
 def _prime(cupy: Any, pools: Any, slots: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -36,8 +65,10 @@ def _prime(cupy: Any, pools: Any, slots: int, rng: np.random.Generator) -> dict[
     tag = np.tile(np.arange(h, dtype=np.int64), (slots, 1))
     stamp = np.stack([rng.permutation(h).astype(np.int64) + 1 for _ in range(slots)])
     order = np.argsort(stamp, axis=1, kind="stable").astype(np.int32)
+    where = cupy.full(pools.where[:slots].shape, 0x7FFFFFFF, dtype=cupy.int32)
+    where[:, :h] = cupy.arange(h, dtype=cupy.int32)  # position p sits in hot row p
     return {"hot_tag": cupy.asarray(tag), "hot_stamp": cupy.asarray(stamp),
-            "lru_order": cupy.asarray(order)}
+            "lru_order": cupy.asarray(order), "where": where}
 
 
 def _inputs(
@@ -114,6 +145,7 @@ def run(
     hot_rows: int = 4096,
     row_bytes: int = 656,
     with_torch: bool = True,
+    flush_l2: bool = True,
 ) -> dict[str, Any]:
     cupy = load_cupy()
     torch: Any = None
@@ -125,11 +157,12 @@ def run(
     block = 64
     spec = PoolSpec(gpu_blocks=1, host_blocks=-(-host_rows // block), block_tokens=block,
                     row_bytes=row_bytes, hot_rows=hot_rows, slots=max_b)
-    ex = CudaExecutor(top_k=top_k)
+    ex = CudaExecutor(top_k=top_k, max_positions=11 * hot_rows)
     pools = ex.allocate(spec)
     pools.host[...] = rng.integers(0, 256, pools.host.shape, dtype=np.uint8)
-    timer = GpuTimer()
+    timer = GpuTimer(flush=flush_l2)
     rv = row_bytes // 16
+    steps = [1_000_000]
 
     bulk_bytes = 512 << 20
     bulk_dst = cupy.empty(bulk_bytes, dtype=cupy.uint8)
@@ -155,8 +188,10 @@ def run(
                 pools.hot_tag[:b] = primed["hot_tag"]
                 pools.hot_stamp[:b] = primed["hot_stamp"]
                 pools.lru_order[:b] = primed["lru_order"]
+                pools.where[:b] = primed["where"]
                 buffers.host_row[...] = dv[i % VARIANTS]
-                buffers.step.fill(1_000_000 + i)
+                steps[0] += 1  # steps only increase on one pools, whatever the repetition
+                buffers.step.fill(steps[0])
 
             def fused_launch(i: int, buffers: ResolveBuffers = buffers) -> None:
                 ex.launch_resolve(pools, buffers)
@@ -191,17 +226,18 @@ def run(
                 "fraction_of_gather": ceiling["median_us"] / fused["median_us"],
                 "fraction_of_bulk_h2d": miss_bytes / fused["median_us"] / 1e3 / bulk_gbps,
             }
+            shape["phases_us"] = phases(cupy, ex, pools, buffers, restore, timer)
             if torch is not None:
-                shape.update(_torch_baseline(torch, cupy, timer, pools, ex, buffers, restore,
-                                             ours, reps=max(10, reps // 5)))
+                shape.update(_torch_baseline(torch, cupy, timer, pools, buffers, restore,
+                                             ours, steps, reps=max(10, reps // 5)))
                 shape["speedup_vs_torch"] = shape["torch_us"] / fused["median_us"]
             out["shapes"].append(shape)
     return out
 
 
 def _torch_baseline(
-    torch: Any, cupy: Any, timer: GpuTimer, pools: Any, ex: CudaExecutor,
-    buffers: ResolveBuffers, restore: Any, ours: Any, reps: int,
+    torch: Any, cupy: Any, timer: GpuTimer, pools: Any, buffers: ResolveBuffers,
+    restore: Any, ours: Any, steps: list[int], reps: int,
 ) -> dict[str, Any]:
     tag = torch.as_tensor(pools.hot_tag, device="cuda")
     stamp = torch.as_tensor(pools.hot_stamp, device="cuda")
@@ -214,12 +250,12 @@ def _torch_baseline(
 
     def work(i: int) -> None:
         torch_resolve(torch, tag, stamp, slots, topk, host_row, host, device,
-                      1_000_000 + i, r)
+                      steps[0], r)
 
     restore(0)
     cupy.cuda.get_current_stream().synchronize()
     rows, plan = torch_resolve(torch, tag, stamp, slots, topk, host_row, host, device,
-                               1_000_000, r)
+                               steps[0], r)
     torch.cuda.synchronize()
     agrees = bool(np.array_equal(rows.cpu().numpy(), ours.rows)) and bool(
         np.array_equal(plan.cpu().numpy(), ours.plan))

@@ -27,7 +27,7 @@ def run(
     n = max(counts)
     spec = PoolSpec(gpu_blocks=2 * n, host_blocks=4 * n, block_tokens=block_tokens,
                     row_bytes=row_bytes, hot_rows=1, slots=1)
-    ex = CudaExecutor(top_k=1)
+    ex = CudaExecutor(top_k=1, max_positions=1)
     pools = ex.allocate(spec, lru=False)
     block_bytes = block_tokens * row_bytes
     timer = GpuTimer()
