@@ -177,6 +177,12 @@ __device__ int heads_info(const int* slots, int n, int rank, int e, int* which, 
     return heads;
 }
 
+// A run whose copies fit one round of one block (four 16-byte vectors per thread) is
+// copied by its head alone; head and helpers apply the same rule to the same count.
+__device__ __forceinline__ bool small_copy(int misses, int rv) {
+    return (i64)misses * rv <= 4 * (i64)blockDim.x;
+}
+
 // Copy this block's share (part `part` of `parts`) of a run's miss plan.
 __device__ void copy_share(const int* plan, const int* plan_count, int e0, int e1, int K,
                            int rv, int part, int parts, const uint4* host_pool,
@@ -244,6 +250,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     int* victims = used + H;             // [K] the entry's victims, in LRU order
     int* first_row = victims + K;        // [K] row taken by a miss's first occurrence
     int* new_order = first_row + K;      // [H] the order being committed
+    int* tag32 = new_order + H;          // [H] the slot's tags (positions fit in int)
 
     if (tid == 0) ws[BCAST] = atomicAdd(&ctrl[0], 1);
     __syncthreads();
@@ -266,10 +273,14 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                 volatile i64* flag = ready + s;
                 while (*flag != step) __nanosleep(100);
                 __threadfence();
+                int misses = 0;
+                for (int e = head; e < e1; ++e) misses += __ldcg(plan_count + e);
+                ws[BCAST] = misses;
             }
             __syncthreads();
-            copy_share(plan, plan_count, head, e1, K, rv, 1 + h / heads, parts, host_pool,
-                       device_pool);
+            if (!small_copy(ws[BCAST], rv))  // a small run is copied by its head alone
+                copy_share(plan, plan_count, head, e1, K, rv, 1 + h / heads, parts, host_pool,
+                           device_pool);
         }
     } else if (is_head(slots, ticket) || slots[ticket] < 0) {
         const int e0 = ticket;
@@ -284,6 +295,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
         i64* stamp = hot_stamp + (i64)s * H;
         int* wh = where + (i64)s * P;
         bool touched = false, wrote_plan = false;
+        int run_misses = 0;  // copies the run's plan holds (every thread knows it)
         int ord[HS_HPT];  // this thread's chunk of the (stamp, row) order at launch start
 
         for (int e = e0; e < e1; ++e) {
@@ -305,7 +317,10 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             if (e == e0) {  // while where[] loads fly: U starts empty, load the LRU order
                 if (s >= 0) {
                     load_chunk(lru_order + (i64)s * H, q0, H, ord);
-                    for (int j = tid; j < H; j += blockDim.x) used[j] = 0;
+                    for (int j = tid; j < H; j += blockDim.x) {
+                        used[j] = 0;
+                        tag32[j] = (int)tag[j];
+                    }
                 }
                 __syncthreads();  // U is zeroed before any row joins it
             }
@@ -374,8 +389,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                 __syncthreads();
                 PROF(3);
                 filled = m < n_cand ? m : n_cand;  // shape checks make m <= n_cand
-                int hr[HS_IPT], vj[HS_IPT];
-                i64 old[HS_IPT];
+                int hr[HS_IPT], vj[HS_IPT], old[HS_IPT];
                 int r = rank;
 #pragma unroll
                 for (int c = 0; c < HS_IPT; ++c) {
@@ -386,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                         ++r;
                     }
                     hr[c] = vj[c] >= 0 ? host_row[row0 + i] : -1;
-                    old[c] = vj[c] >= 0 ? load_cg(tag + vj[c]) : -1;
+                    old[c] = vj[c] >= 0 ? tag32[vj[c]] : -1;
                 }
                 r = rank;
 #pragma unroll
@@ -399,6 +413,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                         if (old[c] >= 0) wh[old[c]] = ABSENT;  // evicted: no longer hot
                         wh[pos[c]] = j;
                         tag[j] = pos[c];
+                        tag32[j] = pos[c];
                         used[j] = 1;
                         const i64 pi = (row0 + r) * 2;
                         row = hot0 + j;
@@ -419,6 +434,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                     if (occ[c] >= 0 && occ[c] != i) out[i] = first_row[occ[c]];
                 }
             }
+            run_misses += filled;
             if (tid == 0) {
                 counters[e * 3 + 0] = n_res;
                 counters[e * 3 + 1] = n_look - filled;
@@ -439,6 +455,26 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
         }
 
         if (touched) {
+            // A small single-entry copy is issued now and stored after the commit, so the
+            // PCIe round trip overlaps the commit's work.
+            const bool prefetched = e1 == e0 + 1 && small_copy(run_misses, rv);
+            uint4 buf[4];
+            i64 to[4];
+            if (prefetched) {
+                const int total = run_misses * rv;
+                const int2* pairs = (const int2*)(plan + (i64)e0 * K * 2);
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int idx = tid + u * blockDim.x;
+                    to[u] = -1;
+                    if (idx < total) {
+                        const int r = idx / rv, v = idx - r * rv;
+                        const int2 pr = __ldcg(pairs + r);
+                        buf[u] = __ldg(host_pool + (i64)pr.y * rv + v);
+                        to[u] = (i64)pr.x * rv + v;
+                    }
+                }
+            }
             // Commit: rows in U take this step's stamp; the (stamp, row) order becomes the
             // unused rows in their old order, then the rows in U by index. Built in shared
             // memory, then stored coalesced (scattered stores from one SM are slow).
@@ -465,13 +501,19 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             }
             PROF(6);
             // This block's share of the miss copies, straight from pinned host memory.
-            int parts = 1;
-            if (helpers > 0) {
-                int rank;
-                const int heads = heads_info(slots, n, -1, e0, &rank, ws);
-                parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
+            if (prefetched) {
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (to[u] >= 0) device_pool[to[u]] = buf[u];
+            } else {
+                int parts = 1;
+                if (helpers > 0 && !small_copy(run_misses, rv)) {
+                    int rank;
+                    const int heads = heads_info(slots, n, -1, e0, &rank, ws);
+                    parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
+                }
+                copy_share(plan, plan_count, e0, e1, K, rv, 0, parts, host_pool, device_pool);
             }
-            copy_share(plan, plan_count, e0, e1, K, rv, 0, parts, host_pool, device_pool);
             PROF(7);
         }
     }
