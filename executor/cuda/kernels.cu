@@ -250,7 +250,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     int* victims = used + H;             // [K] the entry's victims, in LRU order
     int* first_row = victims + K;        // [K] row taken by a miss's first occurrence
     int* new_order = first_row + K;      // [H] the order being committed
-    int* tag32 = new_order + H;          // [H] the slot's tags (positions fit in int)
 
     if (tid == 0) ws[BCAST] = atomicAdd(&ctrl[0], 1);
     __syncthreads();
@@ -317,10 +316,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             if (e == e0) {  // while where[] loads fly: U starts empty, load the LRU order
                 if (s >= 0) {
                     load_chunk(lru_order + (i64)s * H, q0, H, ord);
-                    for (int j = tid; j < H; j += blockDim.x) {
-                        used[j] = 0;
-                        tag32[j] = (int)tag[j];
-                    }
+                    for (int j = tid; j < H; j += blockDim.x) used[j] = 0;
                 }
                 __syncthreads();  // U is zeroed before any row joins it
             }
@@ -400,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                         ++r;
                     }
                     hr[c] = vj[c] >= 0 ? host_row[row0 + i] : -1;
-                    old[c] = vj[c] >= 0 ? tag32[vj[c]] : -1;
+                    old[c] = vj[c] >= 0 ? (int)load_cg(tag + vj[c]) : -1;
                 }
                 r = rank;
 #pragma unroll
@@ -413,7 +409,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                         if (old[c] >= 0) wh[old[c]] = ABSENT;  // evicted: no longer hot
                         wh[pos[c]] = j;
                         tag[j] = pos[c];
-                        tag32[j] = pos[c];
                         used[j] = 1;
                         const i64 pi = (row0 + r) * 2;
                         row = hot0 + j;

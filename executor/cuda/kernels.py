@@ -29,9 +29,9 @@ SMEM_LIMIT = 227 * 1024
 
 def resolve_smem_bytes(hot_rows: int, top_k: int) -> int:
     """Dynamic shared memory of ``hisparse_resolve``; mirrors the layout in kernels.cu:
-    WS_INTS ints of scratch, then used[H], victims[K], first_row[K], new_order[H] and
-    tag32[H] ints."""
-    return 4 * (68 + 3 * hot_rows + 2 * top_k)
+    WS_INTS ints of scratch, then used[H], victims[K], first_row[K] and new_order[H]
+    ints."""
+    return 4 * (68 + 2 * hot_rows + 2 * top_k)
 
 
 def rows_per_thread(hot_rows: int) -> int:
