@@ -2,7 +2,8 @@
 
 Installed as ``hisparse.executor``. ``base`` is the interface every executor implements;
 ``reference`` is the NumPy oracle; the resolver's rules are in ``docs/resolver.md``.
-The CUDA executor lands in a later change.
+``hisparse.executor.cuda`` is the CUDA executor (CuPy); it is not imported here, so this
+package never needs CuPy.
 """
 
 from hisparse.executor.base import CachePools, Executor, ResolveBatch, ResolveResult

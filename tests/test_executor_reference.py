@@ -549,3 +549,40 @@ def test_read_host_rows_refuses_out_of_range() -> None:
         ex.read_host_rows(pools, np.array([1, 8]))
     with pytest.raises(BadHostRead, match="1-d integer"):
         ex.read_host_rows(pools, np.array([[1]]))
+
+
+def test_batched_spills_are_all_or_nothing() -> None:
+    ex, pools = fresh()
+    ex.enqueue_spills(pools, [(1, 0, 0), (2, 1, 1)])
+    assert ex.queued() == [1, 2]
+    before = state(pools)
+    for spills in ([(5, 0, 2), (6, 1, 2)],  # one host block twice in one batch
+                   [(5, 0, 2), (5, 1, 3)],  # one transfer ID twice for one cache
+                   [(5, 0, 2), (6, 1, 0)]):  # a destination still in flight
+        with pytest.raises(BadTransfer):
+            ex.enqueue_spills(pools, spills)
+        assert state(pools) == before and ex.queued() == [1, 2]
+    ex.release()
+    assert ex.completed() == [1, 2]
+    assert (block(pools, "host", 1) == block(pools, "gpu", 1)).all()
+
+
+def test_reset_slot_and_direct_row_access() -> None:
+    ex, pools = fresh()
+    ex.resolve(pools, make_batch(1, [(1, [10, 11], None, None)]))
+    assert (pools.hot_tag[1] != -1).any()
+    ex.reset_slot(pools, 1)
+    assert (pools.hot_tag[1] == -1).all() and (pools.hot_stamp[1] == -1).all()
+    with pytest.raises(BadBatch, match="slot 2"):
+        ex.reset_slot(pools, 2)
+    with pytest.raises(BadBatch, match="follower"):
+        ex.reset_slot(ex.allocate(SPEC, lru=False), 0)
+    data = np.arange(2 * SPEC.row_bytes, dtype=np.uint8).reshape(2, -1)
+    ex.write_device_rows(pools, np.array([1, 4]), data)
+    assert (ex.read_device_rows(pools, np.array([4, 1])) == data[::-1]).all()
+    with pytest.raises(BadPlan, match="device rows"):
+        ex.write_device_rows(pools, np.array([SPEC.device_rows]), data[:1])
+    snap = ex.snapshot(pools)
+    assert set(snap) == {"device", "host", "hot_tag", "hot_stamp"}
+    snap["device"][:] = 0  # a copy: the pools are unaffected
+    assert (pools.device[4] == data[1]).all()
