@@ -15,11 +15,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.base import EMPTY, ResolveBatch, ResolveResult, Spill
-from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer, PendingHostWrite
+from hisparse.executor.errors import BadBatch, BadPlan, BadTransfer, PendingHostWrite
 from hisparse.executor.layout import PoolSpec
 from hisparse.executor.resolver import decide
 from hisparse.executor.stream import QueuedCopy, SpillStream
-from hisparse.executor.validate import check_batch, check_plan
+from hisparse.executor.validate import check_batch, check_host_rows, check_plan
 
 
 @dataclass(eq=False)
@@ -117,19 +117,12 @@ class ReferenceExecutor:
         is the point of the reference stream; the CUDA executor may wait on the event.
         """
         spec = pools.spec
-        rows = np.asarray(rows)
-        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
-            raise BadHostRead("rows must be a 1-d integer array")
-        bad = (rows < 0) | (rows >= spec.host_rows)
-        if bad.any():
-            raise BadHostRead(
-                f"host row {rows[bad][0]} outside 0..{spec.host_rows - 1}"
-            )
-        for block in np.unique(rows // spec.block_tokens):
+        checked = check_host_rows(spec, rows)
+        for block in np.unique(checked // spec.block_tokens):
             tid = self._stream.pending_into(pools.host, int(block))
             if tid is not None:
                 raise PendingHostWrite(int(block), tid)
-        return pools.host[rows].copy()
+        return pools.host[checked].copy()
 
     def reset_slot(self, pools: ReferencePools, slot: int) -> None:
         """Empty one slot's hot rows (tags and stamps -1)."""

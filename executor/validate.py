@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.base import EMPTY, ResolveBatch
-from hisparse.executor.errors import BadBatch, BadPlan
+from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan
 from hisparse.executor.layout import PoolSpec
 
 
@@ -108,3 +108,14 @@ def check_plan(spec: PoolSpec, plan: NDArray[np.int32]) -> None:
         raise BadPlan(f"plan row {k}: host row {src[k]} outside 0..{spec.host_rows - 1}")
     if len(np.unique(hot)) != len(hot):
         raise BadPlan("plan fills one hot row twice")
+
+
+def check_host_rows(spec: PoolSpec, rows: object) -> NDArray[np.int64]:
+    """``rows`` as a 1-d integer array of host rows, or ``BadHostRead``."""
+    arr = np.asarray(rows)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise BadHostRead("rows must be a 1-d integer array")
+    bad = (arr < 0) | (arr >= spec.host_rows)
+    if bad.any():
+        raise BadHostRead(f"host row {arr[bad][0]} outside 0..{spec.host_rows - 1}")
+    return arr.astype(np.int64, copy=False)

@@ -207,14 +207,20 @@ def test_refusals_are_typed_and_change_nothing() -> None:
         np.testing.assert_array_equal(after[key], before[key], err_msg=key)
 
 
+def filled(spec: PoolSpec, top_k: int, positions: int, seed: int) -> tuple[Any, Any, Any]:
+    """A CUDA executor, its pools, and the random bytes written to every device row."""
+    ex = cuda_executor(top_k=top_k, max_positions=positions)
+    pools = ex.allocate(spec)
+    rng = np.random.default_rng(seed)
+    device = rng.integers(0, 256, (spec.device_rows, spec.row_bytes), dtype=np.uint8)
+    ex.write_device_rows(pools, np.arange(spec.device_rows), device)
+    return ex, pools, device
+
+
 def test_spills_land_with_events_and_guard_host_reads() -> None:
     spec = PoolSpec(gpu_blocks=4, host_blocks=8, block_tokens=64, row_bytes=656, hot_rows=4,
                     slots=1)
-    ex = cuda_executor(top_k=2, max_positions=4)
-    pools = ex.allocate(spec)
-    rng = np.random.default_rng(0)
-    device = rng.integers(0, 256, (spec.device_rows, spec.row_bytes), dtype=np.uint8)
-    ex.write_device_rows(pools, np.arange(spec.device_rows), device)
+    ex, pools, device = filled(spec, top_k=2, positions=4, seed=0)
     ex.enqueue_spills(pools, [(7, 1, 5), (8, 3, 0)])
     assert ex.queued() == [7, 8]
     with pytest.raises(BadTransfer, match="still has copy"):
@@ -234,11 +240,7 @@ def test_resolve_reads_spills_enqueued_before_it() -> None:
     """A miss on a host block whose spill is only *enqueued* reads the spilled bytes."""
     spec = PoolSpec(gpu_blocks=2, host_blocks=2, block_tokens=64, row_bytes=656, hot_rows=128,
                     slots=1)
-    ex = cuda_executor(top_k=64, max_positions=64)
-    pools = ex.allocate(spec)
-    rng = np.random.default_rng(1)
-    device = rng.integers(0, 256, (spec.device_rows, spec.row_bytes), dtype=np.uint8)
-    ex.write_device_rows(pools, np.arange(spec.device_rows), device)
+    ex, pools, device = filled(spec, top_k=64, positions=64, seed=1)
     ex.enqueue_spill(pools, 1, 0, 1)
     topk = np.arange(64, dtype=np.int32)[None]
     res = ex.resolve(pools, ResolveBatch(np.array([0], np.int32), topk, np.full_like(topk, -1),

@@ -202,14 +202,18 @@ class SystemStateful(RuleBasedStateMachine):
             assert check(sim.coordinator.state) == [], name
 
 
-def test_system_with_faults() -> None:
+def run_system(machine: type[SystemStateful], examples: int) -> int:
+    """Run the machine for ``examples`` runs of 100 steps; the invariant-checked steps."""
     STEPS["total"] = 0
     run_state_machine_as_test(
-        SystemStateful,
-        settings=settings(max_examples=300, stateful_step_count=100, deadline=None),
+        machine, settings=settings(max_examples=examples, stateful_step_count=100, deadline=None)
     )
-    print(f"system steps: {STEPS['total']}")
-    assert STEPS["total"] >= 20_000
+    print(f"{machine.EXECUTOR} system steps: {STEPS['total']}")
+    return STEPS["total"]
+
+
+def test_system_with_faults() -> None:
+    assert run_system(SystemStateful, 300) >= 20_000
 
 
 class SystemStatefulCuda(SystemStateful):
@@ -220,10 +224,4 @@ class SystemStatefulCuda(SystemStateful):
 
 @pytest.mark.gpu
 def test_system_with_faults_on_cuda() -> None:
-    STEPS["total"] = 0
-    run_state_machine_as_test(
-        SystemStatefulCuda,
-        settings=settings(max_examples=60, stateful_step_count=100, deadline=None),
-    )
-    print(f"system steps on cuda: {STEPS['total']}")
-    assert STEPS["total"] >= 4_000
+    assert run_system(SystemStatefulCuda, 60) >= 4_000

@@ -33,9 +33,9 @@ from hisparse.executor.cuda.kernels import (
 )
 from hisparse.executor.cuda.pools import ABSENT, CudaPools, allocate_pools
 from hisparse.executor.cuda.results import CudaResolveResult, DevicePlan, ResolveBuffers
-from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
+from hisparse.executor.errors import BadBatch, BadPlan, BadTransfer
 from hisparse.executor.layout import ROW_ALIGN, PoolSpec
-from hisparse.executor.validate import check_batch, check_plan
+from hisparse.executor.validate import check_batch, check_host_rows, check_plan
 
 Spill = tuple[int, int, int]
 """(transfer ID, source GPU block, destination host block)."""
@@ -175,7 +175,7 @@ class CudaExecutor:
         cupy = self._cupy
         produced = cupy.cuda.Event(block=False, disable_timing=True)
         produced.record(self.stream)
-        pairs = np.array([(s, d) for _, s, d in checked], dtype=np.int32)
+        pairs = np.array([(d, s) for _, s, d in checked], dtype=np.int32)  # (dst, src)
         bv = spec.block_tokens * spec.row_bytes // 16
         with self.spill_stream:
             self.spill_stream.wait_event(produced)
@@ -239,20 +239,15 @@ class CudaExecutor:
         """Host rows for a CPU reader, after waiting on the host-write event of any copy
         still queued into their blocks."""
         spec = pools.spec
-        rows = np.asarray(rows)
-        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
-            raise BadHostRead("rows must be a 1-d integer array")
-        bad = (rows < 0) | (rows >= spec.host_rows)
-        if bad.any():
-            raise BadHostRead(f"host row {rows[bad][0]} outside 0..{spec.host_rows - 1}")
-        for block in np.unique(rows // spec.block_tokens):
+        checked = check_host_rows(spec, rows)
+        for block in np.unique(checked // spec.block_tokens):
             tid = pools.pending_blocks.get(int(block))
             if tid is not None:
                 for batch in list(self._pending.get(tid, [])):
                     if batch.pools is pools:
                         batch.done.synchronize()
                         self._land(batch)
-        return pools.host[rows].copy()
+        return pools.host[checked].copy()
 
     def _order_after_spills(self) -> None:
         """The compute stream waits (on the device) for every spill enqueued so far: the

@@ -95,23 +95,24 @@ __device__ long long block_exclusive_scan64(long long v, int* ws, long long* tot
     return out;
 }
 
-// Copy `count` rows named by int2 pairs (dst device row, src host row), `rv` 16-byte
-// vectors per row, with the whole block; four loads in flight per thread before the
-// stores, so a block keeps enough PCIe reads outstanding to stream pinned host memory.
-__device__ __forceinline__ void copy_pairs(
-    const int2* __restrict__ pairs, int count, int rv,
-    const uint4* __restrict__ src, uint4* __restrict__ dst, int start, int stride) {
-    const int total = count * rv;
-    for (int base = start; base < total; base += 4 * stride) {
+// Copy vectors [lo, hi) of a plan's rows: vector idx is 16-byte piece idx % rv of the row
+// pairs[idx / rv] = (dst device row, src host row). Thread `first` of `stride` takes
+// every stride-th vector, four loads in flight before the stores, so a block keeps
+// enough PCIe reads outstanding to stream pinned host memory. __ldcg: the plan may have
+// been written by another block of the same launch (skip L1).
+__device__ __forceinline__ void copy_range(
+    const int2* pairs, int lo, int hi, int rv, const uint4* __restrict__ src,
+    uint4* __restrict__ dst, int first, int stride) {
+    for (int base = lo + first; base < hi; base += 4 * stride) {
         uint4 buf[4];
         i64 to[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
             const int idx = base + u * stride;
             to[u] = -1;
-            if (idx < total) {
+            if (idx < hi) {
                 const int r = idx / rv, v = idx - r * rv;
-                const int2 pr = pairs[r];
+                const int2 pr = __ldcg(pairs + r);
                 buf[u] = __ldg(src + (i64)pr.y * rv + v);
                 to[u] = (i64)pr.x * rv + v;
             }
@@ -187,28 +188,11 @@ __device__ __forceinline__ bool small_copy(int misses, int rv) {
 __device__ void copy_share(const int* plan, const int* plan_count, int e0, int e1, int K,
                            int rv, int part, int parts, const uint4* host_pool,
                            uint4* device_pool) {
-    for (int e = e0; e < e1; ++e) {  // __ldcg: another block wrote the plan (skip L1)
+    for (int e = e0; e < e1; ++e) {
         const int total = __ldcg(plan_count + e) * rv;
-        const int lo = (int)((i64)total * part / parts), hi = (int)((i64)total * (part + 1) / parts);
-        const int2* pairs = (const int2*)(plan + (i64)e * K * 2);
-        for (int base = lo + threadIdx.x; base < hi; base += 4 * blockDim.x) {
-            uint4 buf[4];
-            i64 to[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int idx = base + u * blockDim.x;
-                to[u] = -1;
-                if (idx < hi) {
-                    const int r = idx / rv, v = idx - r * rv;
-                    const int2 pr = __ldcg(pairs + r);
-                    buf[u] = __ldg(host_pool + (i64)pr.y * rv + v);
-                    to[u] = (i64)pr.x * rv + v;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-                if (to[u] >= 0) device_pool[to[u]] = buf[u];
-        }
+        copy_range((const int2*)(plan + (i64)e * K * 2), (int)((i64)total * part / parts),
+                   (int)((i64)total * (part + 1) / parts), rv, host_pool, device_pool,
+                   threadIdx.x, blockDim.x);
     }
 }
 
@@ -529,34 +513,17 @@ extern "C" __global__ void __launch_bounds__(512) hisparse_replay(
     const uint4* __restrict__ host_pool, uint4* __restrict__ device_pool)
 {
     const int e = blockIdx.x;
-    copy_pairs((const int2*)(plan + (i64)e * K * 2), plan_count[e], rv, host_pool,
+    copy_range((const int2*)(plan + (i64)e * K * 2), 0, plan_count[e] * rv, rv, host_pool,
                device_pool, blockIdx.y * blockDim.x + threadIdx.x, gridDim.y * blockDim.x);
 }
 
-// Spill: `count` whole blocks (src GPU block, dst host block) of `bv` 16-byte vectors,
-// device pool -> mapped pinned host pool, one launch per batch of spills.
+// Spill: `count` whole blocks, pairs (dst host block, src GPU block) of `bv` 16-byte
+// vectors, device pool -> mapped pinned host pool, one launch per batch of spills (a
+// block is a "row" of bv vectors to copy_range).
 extern "C" __global__ void __launch_bounds__(512) hisparse_spill(
     const int2* __restrict__ blocks, int count, int bv,
     const uint4* __restrict__ device_pool, uint4* __restrict__ host_pool)
 {
-    const i64 total = (i64)count * bv;
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 base = (i64)blockIdx.x * blockDim.x + threadIdx.x; base < total; base += 4 * stride) {
-        uint4 buf[4];
-        i64 to[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const i64 idx = base + u * stride;
-            to[u] = -1;
-            if (idx < total) {
-                const int c = (int)(idx / bv), v = (int)(idx - (i64)c * bv);
-                const int2 b = blocks[c];
-                buf[u] = device_pool[(i64)b.x * bv + v];
-                to[u] = (i64)b.y * bv + v;
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-            if (to[u] >= 0) host_pool[to[u]] = buf[u];
-    }
+    copy_range(blocks, 0, count * bv, bv, device_pool, host_pool,
+               blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }

@@ -94,12 +94,5 @@ class ResolveBuffers:
             resident_row=cupy.full((n, k), -1, dtype=cupy.int32),
             host_row=cupy.full((n, k), -1, dtype=cupy.int32),
             step=cupy.zeros(1, dtype=cupy.int64),
-            result=CudaResolveResult(
-                rows=cupy.full((n, k), -1, dtype=cupy.int32),
-                plan=DevicePlan(
-                    pairs=cupy.zeros((n, k, 2), dtype=cupy.int32),
-                    counts=cupy.zeros(n, dtype=cupy.int32),
-                ),
-                counters=cupy.zeros((n, 3), dtype=cupy.int32),
-            ),
+            result=CudaResolveResult.empty(n, k),
         )
