@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from hisparse.cli import main
-from hisparse.executor import ExecutorConfigError
-from hisparse.executor.cuda import backend
+from hisparse.executor import Executor, ExecutorConfigError
+from hisparse.executor.cuda import CudaExecutor, CudaPools, backend
 from hisparse.executor.cuda.kernels import (
     MAX_TOP_K,
     ResolverShape,
@@ -23,6 +23,8 @@ from hisparse.executor.cuda.kernels import (
     resolve_smem_bytes,
     rows_per_thread,
 )
+
+_CONFORMS: type[Executor[CudaPools]] = CudaExecutor  # mypy checks the protocol
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ def no_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.mark.usefixtures("no_cupy")
 def test_missing_cupy_names_the_extra_to_install() -> None:
-    from hisparse.executor.cuda import CudaExecutor, CudaUnavailable, cuda_available
+    from hisparse.executor.cuda import CudaUnavailable, cuda_available
 
     assert not cuda_available()
     with pytest.raises(CudaUnavailable, match=r"hisparse\[cuda12\].*hisparse\[cuda13\]"):
