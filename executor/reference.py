@@ -15,11 +15,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.base import EMPTY, ResolveBatch, ResolveResult, Spill
-from hisparse.executor.errors import BadBatch, BadPlan, BadTransfer, PendingHostWrite
+from hisparse.executor.errors import BadBatch, BadPlan, PendingHostWrite
 from hisparse.executor.layout import PoolSpec
 from hisparse.executor.resolver import decide
 from hisparse.executor.stream import QueuedCopy, SpillStream
-from hisparse.executor.validate import check_batch, check_host_rows, check_plan
+from hisparse.executor.validate import check_batch, check_host_rows, check_plan, check_spills
 
 
 @dataclass(eq=False)
@@ -68,26 +68,7 @@ class ReferenceExecutor:
     def enqueue_spills(self, pools: ReferencePools, spills: Sequence[Spill]) -> None:
         """Queue several spills of one cache; all are checked before any is queued."""
         spec = pools.spec
-        checked: list[Spill] = []
-        for spill in spills:
-            for name, value, limit in zip(
-                ("transfer_id", "src_gpu_block", "dst_host_block"),
-                spill,
-                (None, spec.gpu_blocks, spec.host_blocks),
-                strict=True,
-            ):
-                if not isinstance(value, int | np.integer) or isinstance(value, bool):
-                    raise BadTransfer(f"{name} must be an int, got {type(value).__name__}")
-                if value < 0 or (limit is not None and value >= limit):
-                    bound = "must be >= 0" if limit is None else f"must be in 0..{limit - 1}"
-                    raise BadTransfer(f"{name} {value} {bound}")
-            checked.append((int(spill[0]), int(spill[1]), int(spill[2])))
-        tids = [t for t, _, _ in checked]
-        dsts = [d for _, _, d in checked]
-        if len(set(tids)) != len(tids):
-            raise BadTransfer("a transfer ID appears twice: one transfer moves one page per cache")
-        if len(set(dsts)) != len(dsts):
-            raise BadTransfer("a host block is the destination of two copies in one batch")
+        checked = check_spills(spec, spills)
         for t, _, d in checked:
             self._stream.check(t, pools.host, d)
         bt = spec.block_tokens

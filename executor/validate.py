@@ -6,11 +6,13 @@ They run before an executor touches anything, which is what makes ``resolve`` an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import EMPTY, ResolveBatch
-from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan
+from hisparse.executor.base import EMPTY, ResolveBatch, Spill
+from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
 from hisparse.executor.layout import PoolSpec
 
 
@@ -119,3 +121,30 @@ def check_host_rows(spec: PoolSpec, rows: object) -> NDArray[np.int64]:
     if bad.any():
         raise BadHostRead(f"host row {arr[bad][0]} outside 0..{spec.host_rows - 1}")
     return arr.astype(np.int64, copy=False)
+
+
+def check_spills(spec: PoolSpec, spills: Sequence[Spill]) -> list[Spill]:
+    """``spills`` as plain ints, or ``BadTransfer``: every coordinate in range, and no
+    transfer ID or destination host block twice in the batch. Collisions with copies
+    already queued are the executor's to check (it holds the queue)."""
+    checked: list[Spill] = []
+    for spill in spills:
+        for name, value, limit in zip(
+            ("transfer_id", "src_gpu_block", "dst_host_block"),
+            spill,
+            (None, spec.gpu_blocks, spec.host_blocks),
+            strict=True,
+        ):
+            if not isinstance(value, int | np.integer) or isinstance(value, bool):
+                raise BadTransfer(f"{name} must be an int, got {type(value).__name__}")
+            if value < 0 or (limit is not None and value >= limit):
+                bound = "must be >= 0" if limit is None else f"must be in 0..{limit - 1}"
+                raise BadTransfer(f"{name} {value} {bound}")
+        checked.append((int(spill[0]), int(spill[1]), int(spill[2])))
+    tids = [t for t, _, _ in checked]
+    dsts = [d for _, _, d in checked]
+    if len(set(tids)) != len(tids):
+        raise BadTransfer("a transfer ID appears twice: one transfer moves one page per cache")
+    if len(set(dsts)) != len(dsts):
+        raise BadTransfer("a host block is the destination of two copies in one batch")
+    return checked

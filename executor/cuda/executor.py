@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import ResolveBatch
+from hisparse.executor.base import ResolveBatch, Spill
 from hisparse.executor.cuda.backend import load_cupy
 from hisparse.executor.cuda.kernels import (
     COPY_THREADS,
@@ -35,10 +35,7 @@ from hisparse.executor.cuda.pools import ABSENT, CudaPools, allocate_pools
 from hisparse.executor.cuda.results import CudaResolveResult, DevicePlan, ResolveBuffers
 from hisparse.executor.errors import BadBatch, BadPlan, BadTransfer
 from hisparse.executor.layout import ROW_ALIGN, PoolSpec
-from hisparse.executor.validate import check_batch, check_host_rows, check_plan
-
-Spill = tuple[int, int, int]
-"""(transfer ID, source GPU block, destination host block)."""
+from hisparse.executor.validate import check_batch, check_host_rows, check_plan, check_spills
 
 
 @dataclass(eq=False)
@@ -49,15 +46,6 @@ class _SpillBatch:
     pools: CudaPools
     spills: list[Spill]
     landed: bool = False
-
-
-def _int(name: str, value: object, limit: int | None) -> int:
-    if not isinstance(value, int | np.integer) or isinstance(value, bool):
-        raise BadTransfer(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0 or (limit is not None and value >= limit):
-        bound = "must be >= 0" if limit is None else f"must be in 0..{limit - 1}"
-        raise BadTransfer(f"{name} {value} {bound}")
-    return int(value)
 
 
 class CudaExecutor:
@@ -84,7 +72,7 @@ class CudaExecutor:
         self.device_id = device
         ResolverShape.of(top_k * entries_per_slot, top_k, entries_per_slot, max_positions)
         with cupy.cuda.Device(device):
-            self.kernels = compile_kernels(device, self.defines(1))  # copy kernels
+            self.kernels = compile_kernels(device)  # replay and spill need no options
             self.sms = int(cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"])
             self.stream = stream if stream is not None else cupy.cuda.get_current_stream()
             self.spill_stream = cupy.cuda.Stream(non_blocking=True)
@@ -148,28 +136,20 @@ class CudaExecutor:
         range, one copy per transfer ID per cache, no host block written twice in flight.
         """
         spec = pools.spec
-        checked: list[Spill] = []
-        dsts: set[int] = set()
-        tids: set[int] = set()
-        for tid, src, dst in spills:
-            t = _int("transfer_id", tid, None)
-            s = _int("src_gpu_block", src, spec.gpu_blocks)
-            d = _int("dst_host_block", dst, spec.host_blocks)
+        checked = check_spills(spec, spills)
+        for t, _, d in checked:
             if t in self._landed:
                 raise BadTransfer(f"transfer {t} has already completed; use a fresh transfer ID")
-            if t in tids or any(b.pools is pools for b in self._pending.get(t, ())):
+            if any(b.pools is pools for b in self._pending.get(t, ())):
                 raise BadTransfer(
                     f"transfer {t} already has a copy queued for this cache; "
                     "one transfer moves one page per cache"
                 )
-            if d in dsts or d in pools.pending_blocks:
+            if d in pools.pending_blocks:
                 raise BadTransfer(
-                    f"host block {d} still has copy {pools.pending_blocks.get(d, t)} queued "
-                    "into it; its destination lease is held until that copy completes"
+                    f"host block {d} still has copy {pools.pending_blocks[d]} queued into it; "
+                    "its destination lease is held until that copy completes"
                 )
-            checked.append((t, s, d))
-            dsts.add(d)
-            tids.add(t)
         if not checked:
             return
         cupy = self._cupy
@@ -265,11 +245,9 @@ class CudaExecutor:
 
         Returns device outputs without synchronizing; ``result.host()`` reads them back.
         """
-        shape = self._leader_shape(pools)
         check_batch(pools.spec, batch, pools.last_step)
         n, k = batch.topk.shape
-        if k > shape.top_k:
-            raise BadBatch(f"top-K {k} exceeds the executor's top_k {shape.top_k}")
+        shape = self._leader_shape(pools, k)
         if n and batch.topk.max() >= shape.max_positions:
             e, i = np.argwhere(batch.topk >= shape.max_positions)[0]
             raise BadBatch(
@@ -307,10 +285,7 @@ class CudaExecutor:
         and replayed with new inputs. The caller keeps the contract ``resolve`` checks
         (slot runs, ranges, increasing step) and orders it after spills
         (``order_after_spills``) outside the graph."""
-        shape = self._leader_shape(pools)
-        k = buffers.topk.shape[1]
-        if k > shape.top_k:
-            raise BadBatch(f"top-K {k} exceeds the executor's top_k {shape.top_k}")
+        shape = self._leader_shape(pools, buffers.topk.shape[1])
         with self.stream:
             self._launch(pools, shape, buffers.slots, buffers.topk, buffers.resident_row,
                          buffers.host_row, buffers.step, buffers.result)
@@ -330,9 +305,12 @@ class CudaExecutor:
             self.resolvers[shape] = kernel
         return kernel
 
-    def _leader_shape(self, pools: CudaPools) -> ResolverShape:
+    def _leader_shape(self, pools: CudaPools, k: int) -> ResolverShape:
+        """The pools' resolver shape, if they can resolve a top-K of ``k``."""
         if pools.shape is None:
             raise BadBatch("these are a follower's pools: they have no LRU state; use replay")
+        if k > pools.shape.top_k:
+            raise BadBatch(f"top-K {k} exceeds the executor's top_k {pools.shape.top_k}")
         return pools.shape
 
     def _launch(

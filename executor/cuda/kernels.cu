@@ -95,11 +95,20 @@ __device__ long long block_exclusive_scan64(long long v, int* ws, long long* tot
     return out;
 }
 
-// Copy vectors [lo, hi) of a plan's rows: vector idx is 16-byte piece idx % rv of the row
-// pairs[idx / rv] = (dst device row, src host row). Thread `first` of `stride` takes
-// every stride-th vector, four loads in flight before the stores, so a block keeps
-// enough PCIe reads outstanding to stream pinned host memory. __ldcg: the plan may have
-// been written by another block of the same launch (skip L1).
+// Load vector idx of a plan: the 16-byte piece idx % rv of the row pairs[idx / rv] =
+// (dst row, src row). Returns where it goes (in vectors of dst). __ldcg: the plan may
+// have been written by another block of the same launch (skip L1).
+__device__ __forceinline__ i64 load_vec(const int2* pairs, int idx, int rv,
+                                        const uint4* __restrict__ src, uint4& out) {
+    const int r = idx / rv, v = idx - r * rv;
+    const int2 pr = __ldcg(pairs + r);
+    out = __ldg(src + (i64)pr.y * rv + v);
+    return (i64)pr.x * rv + v;
+}
+
+// Copy vectors [lo, hi) of a plan. Thread `first` of `stride` takes every stride-th
+// vector, four loads in flight before the stores, so a block keeps enough PCIe reads
+// outstanding to stream pinned host memory.
 __device__ __forceinline__ void copy_range(
     const int2* pairs, int lo, int hi, int rv, const uint4* __restrict__ src,
     uint4* __restrict__ dst, int first, int stride) {
@@ -109,13 +118,7 @@ __device__ __forceinline__ void copy_range(
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
             const int idx = base + u * stride;
-            to[u] = -1;
-            if (idx < hi) {
-                const int r = idx / rv, v = idx - r * rv;
-                const int2 pr = __ldcg(pairs + r);
-                buf[u] = __ldg(src + (i64)pr.y * rv + v);
-                to[u] = (i64)pr.x * rv + v;
-            }
+            to[u] = idx < hi ? load_vec(pairs, idx, rv, src, buf[u]) : -1;
         }
 #pragma unroll
         for (int u = 0; u < 4; ++u)
@@ -154,9 +157,10 @@ __device__ __forceinline__ bool is_head(const int* slots, int e) {
 }
 
 // The copy work of run heads is split between the head's block (part 0) and helper
-// blocks (parts 1..): helper h serves head rank h % heads. Returns the number of heads
-// and, through *which, the entry of head rank `rank` (rank < 0: the rank of entry `e`).
-__device__ int heads_info(const int* slots, int n, int rank, int e, int* which, int* ws) {
+// blocks (parts 1..): helper h serves head rank h % heads. One pass over the slots
+// returns the number of heads and, through *which, either the entry of the head helper
+// h serves (h >= 0) or the rank of head entry e (h < 0); 0 heads leaves *which unset.
+__device__ int heads_info(const int* slots, int n, int h, int e, int* which, int* ws) {
     int mine = 0;
     const int per = (n + blockDim.x - 1) / blockDim.x;
     const int lo = threadIdx.x * per;
@@ -164,6 +168,8 @@ __device__ int heads_info(const int* slots, int n, int rank, int e, int* which, 
         if (lo + c < n && is_head(slots, lo + c)) ++mine;
     int heads;
     int before = block_exclusive_scan(mine, ws, &heads);
+    if (heads == 0) return 0;
+    const int rank = h >= 0 ? h % heads : -1;
     for (int c = 0; c < per; ++c) {
         const int x = lo + c;
         if (x < n && is_head(slots, x)) {
@@ -243,11 +249,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     const int helpers = gridDim.x - n;
 
     if (ticket >= n) {  // a copy helper
+        const int h = ticket - n;
         int head;
-        const int heads = heads_info(slots, n, -1, -1, &head, ws);
-        if (heads > 0) {
-            const int h = ticket - n, rank = h % heads;
-            heads_info(slots, n, rank, -1, &head, ws);
+        const int heads = heads_info(slots, n, h, -1, &head, ws);
+        if (heads > 0) {  // uniform across the block: every thread saw the same total
+            const int rank = h % heads;
             const int s = slots[head];
             int e1 = head + 1;
             while (e1 < n && slots[e1] == s) ++e1;
@@ -314,11 +320,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                     if (res[c] >= 0) { row = res[c]; mine += 1; }
                     else if (w[c] < MISS_BASE) {
                         row = hot0 + w[c];
-#ifdef HS_EXP_PLAIN_USED
-                        used[w[c]] = 1;
-#else
                         atomicOr(&used[w[c]], 1);  // its stamp becomes `step` at commit
-#endif
                         occ[c] = OCC_HOT;
                         mine += 1ll << 21;
                     } else {
@@ -426,9 +428,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
 
         // The run's plan is complete: its writers fence, then its helpers may copy.
         if (s >= 0 && helpers > 0) {
-#ifndef HS_EXP_NO_FENCE
             if (wrote_plan || tid == 0) __threadfence();
-#endif
             __syncthreads();
             if (tid == 0) *((volatile i64*)(ready + s)) = step;
         }
@@ -445,13 +445,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     const int idx = tid + u * blockDim.x;
-                    to[u] = -1;
-                    if (idx < total) {
-                        const int r = idx / rv, v = idx - r * rv;
-                        const int2 pr = __ldcg(pairs + r);
-                        buf[u] = __ldg(host_pool + (i64)pr.y * rv + v);
-                        to[u] = (i64)pr.x * rv + v;
-                    }
+                    to[u] = idx < total ? load_vec(pairs, idx, rv, host_pool, buf[u]) : -1;
                 }
             }
             // Commit: rows in U take this step's stamp; the (stamp, row) order becomes the
