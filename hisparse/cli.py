@@ -243,8 +243,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="run a benchmark and print its figures")
-    p.add_argument("target", choices=["protocol", "coordinator", "resolver", "spill"],
-                   help="what to measure (resolver and spill need an NVIDIA GPU)")
+    p.add_argument("target", choices=["protocol", "coordinator", "resolver", "spill", "engine"],
+                   help="what to measure (resolver, spill and engine need an NVIDIA GPU)")
     p.add_argument("--lifecycles", type=int, default=5000, help="spill lifecycles to time")
     p.add_argument(
         "--requests", type=int, default=256, help="running requests held resident"
@@ -259,7 +259,13 @@ def _register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_bench_gpu(args: argparse.Namespace) -> int:
-    if args.target == "resolver":
+    if args.target == "engine":  # prints as it goes; the plot goes beside the JSON
+        from hisparse.bench import engine
+
+        doc = engine.run()
+        if args.json is not None:
+            engine.plot(doc, str(args.json.with_suffix(".png")))
+    elif args.target == "resolver":
         from hisparse.bench import resolver
 
         doc = resolver.run(
@@ -294,10 +300,10 @@ def _cmd_bench_gpu(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from hisparse.bench import coordinator, protocol
 
-    if args.target in ("resolver", "spill"):
+    if args.target in ("resolver", "spill", "engine"):
         try:
             return _cmd_bench_gpu(args)
-        except ExecutorError as exc:
+        except (ExecutorError, ImportError) as exc:  # no GPU, CuPy or (engine) torch
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
     if args.target == "coordinator":

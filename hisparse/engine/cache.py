@@ -1,0 +1,285 @@
+"""The engine's KV caches: every row resident (the oracle) or HiSparse on the CUDA executor.
+
+Both answer the same four questions inside the decode step: where a new token's row
+goes (``write``), which device rows hold a top-K (``select``; followers ``follow`` their
+leader), and the gathered rows (``gather``). Rows come back in the top-K's order, so the
+attention that follows sees the same bytes in the same order from either cache.
+
+Entry ``e`` of a step is verification token ``e % per_slot`` of the request in slot
+``e // per_slot``. An inactive entry writes to a row nobody reads (a row of its own free
+slot), so the step has one shape whatever the batch holds.
+
+``IndexCache`` is the indexer's keys: a normal GPU cache group, untouched by HiSparse
+and identical in both engines.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, cast
+
+import numpy as np
+import torch
+
+from hisparse.engine.config import ROW_BYTES, EngineShape, ModelShape
+from hisparse.engine.schedule import HiSparseScheduler, PageTables
+from hisparse.executor.cuda import CudaExecutor, CudaPools, CudaResolveResult, ResolveBuffers
+from hisparse.executor.cuda.backend import load_cupy
+
+ROW_WORDS = ROW_BYTES // 8
+"""A row as int64 words: copies and gathers move words, and a 128k x batch-128 cache
+stays below 2**31 elements (torch's gather kernels index large tensors wrongly past it)."""
+
+
+def as_words(rows: torch.Tensor) -> torch.Tensor:
+    """uint8 [..., 656] rows as int64 [..., 82] (the same bytes)."""
+    return rows.view(torch.int64)
+
+
+def gather_rows(words: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """uint8 [E, K, 656]: the rows ``rows`` [E, K] (-1: row 0, masked by attention)."""
+    e, k = rows.shape
+    return words.index_select(0, rows.clamp(min=0).view(-1)).view(torch.uint8).view(
+        e, k, ROW_BYTES)
+
+
+def entry_layout(shape: EngineShape, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each entry's slot and verification index, int64 [E]."""
+    e = torch.arange(shape.entries, device=device)
+    return e // shape.per_slot, e % shape.per_slot
+
+
+class IndexCache:
+    """bf16 indexer keys per indexer owner, [slots * max_context, index_dim]."""
+
+    def __init__(self, model: ModelShape, shape: EngineShape, device: torch.device) -> None:
+        self.shape = shape
+        self.keys = {
+            layer: torch.zeros(shape.slots * shape.max_context, model.index_dim,
+                               dtype=torch.bfloat16, device=device)
+            for layer in model.leaders
+        }
+
+    def write(self, layer: int, keys: torch.Tensor, slot: torch.Tensor, pos: torch.Tensor) -> None:
+        self.keys[layer].view(torch.int64).index_copy_(
+            0, slot * self.shape.max_context + pos, keys.contiguous().view(torch.int64))
+
+    def view(self, layer: int) -> torch.Tensor:
+        return self.keys[layer].view(self.shape.slots, self.shape.max_context, -1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.numel() * k.element_size() for k in self.keys.values())
+
+
+class KVCache(Protocol):
+    """What the decode step asks of a KV cache (see the module docstring)."""
+
+    def begin_step(self) -> None: ...
+
+    def write(self, layer: int, rows: torch.Tensor, pos: torch.Tensor,
+              active: torch.Tensor) -> None: ...
+
+    def select(self, layer: int, topk: torch.Tensor, active: torch.Tensor) -> torch.Tensor: ...
+
+    def follow(self, layer: int, leader: int) -> None: ...
+
+    def gather(self, layer: int, rows: torch.Tensor) -> torch.Tensor: ...
+
+    def counters(self) -> torch.Tensor: ...
+
+    def upload(self) -> None: ...
+
+    def prefill_targets(
+        self, slot: int, length: int
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def write_rows(self, layer: int, targets: torch.Tensor, rows: torch.Tensor) -> None: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+class ResidentCache:
+    """Every position's row in one plain tensor per layer: row ``slot * T + position``."""
+
+    def __init__(self, model: ModelShape, shape: EngineShape, device: torch.device) -> None:
+        self.shape = shape
+        self.rows = [
+            torch.zeros(shape.slots * shape.max_context, ROW_WORDS, dtype=torch.int64,
+                        device=device)
+            for _ in range(model.layers)
+        ]
+        self.entry_slot, _ = entry_layout(shape, device)
+        self._zero = torch.zeros(3, dtype=torch.int64, device=device)
+
+    def begin_step(self) -> None:
+        pass
+
+    def write(self, layer: int, rows: torch.Tensor, pos: torch.Tensor,
+              active: torch.Tensor) -> None:
+        self.rows[layer].index_copy_(0, self.entry_slot * self.shape.max_context + pos,
+                                     as_words(rows))
+
+    def select(self, layer: int, topk: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        base = (self.entry_slot * self.shape.max_context).unsqueeze(1)
+        return torch.where(topk >= 0, base + topk, -1)
+
+    def follow(self, layer: int, leader: int) -> None:
+        pass
+
+    def gather(self, layer: int, rows: torch.Tensor) -> torch.Tensor:
+        return gather_rows(self.rows[layer], rows)
+
+    def counters(self) -> torch.Tensor:
+        return self._zero
+
+    def upload(self) -> None:
+        pass
+
+    def prefill_targets(self, slot: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = torch.arange(length, device=self.entry_slot.device)
+        return pos, slot * self.shape.max_context + pos
+
+    def write_rows(self, layer: int, targets: torch.Tensor, rows: torch.Tensor) -> None:
+        self.rows[layer].index_copy_(0, targets, as_words(rows))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.numel() * r.element_size() for r in self.rows)
+
+
+class HiSparseCache:
+    """Resident pages, hot rows and pinned host rows of the CUDA executor's pools.
+
+    The resolver's inputs (top-K, resident row, host row per position) are computed on
+    the device from the uploaded page tables and written into fixed ``ResolveBuffers``;
+    one ``launch_resolve`` per indexer owner and one ``replay`` per follower run in the
+    step's stream, so the whole step can be captured in one CUDA graph.
+    """
+
+    def __init__(
+        self, scheduler: HiSparseScheduler, shape: EngineShape, device: torch.device
+    ) -> None:
+        cupy = load_cupy()
+        self.shape = shape
+        self.scheduler = scheduler
+        executor = scheduler.worker.executor
+        assert isinstance(executor, CudaExecutor)
+        self.executor = executor
+        self.spec = scheduler.worker.spec
+        handles = scheduler.worker.handles
+        self.pools = [cast(CudaPools, h.runtime.pools) for h in handles]
+        self.device_rows = [as_words(torch.from_dlpack(p.device)) for p in self.pools]
+        self.entry_slot, self.entry_j = entry_layout(shape, device)
+        e, k = shape.entries, shape.top_k
+        self.buffers: dict[int, Any] = {}
+        self.views: dict[int, dict[str, torch.Tensor]] = {}
+        with executor.stream:
+            step = cupy.zeros(1, dtype=cupy.int64)
+            for h in handles:
+                if h.runtime.is_follower:
+                    continue
+                buf = ResolveBuffers(
+                    slots=cupy.full(e, -1, dtype=cupy.int32),
+                    topk=cupy.full((e, k), -1, dtype=cupy.int32),
+                    resident_row=cupy.full((e, k), -1, dtype=cupy.int32),
+                    host_row=cupy.full((e, k), -1, dtype=cupy.int32),
+                    step=step,
+                    result=CudaResolveResult.empty(e, k),
+                )
+                self.buffers[h.layer] = buf
+                self.views[h.layer] = {
+                    name: torch.from_dlpack(arr) for name, arr in (
+                        ("slots", buf.slots), ("topk", buf.topk),
+                        ("resident", buf.resident_row), ("host", buf.host_row),
+                        ("rows", buf.result.rows), ("counters", buf.result.counters),
+                    )
+                }
+        executor.stream.synchronize()
+        self.step = torch.from_dlpack(step)
+        self.leaders = {h.layer: h.runtime.leader for h in handles}
+        pages = shape.max_pages
+        self.gpu_table = torch.full((shape.slots, pages), -1, dtype=torch.int32, device=device)
+        self.host_table = torch.full((shape.slots, pages), -1, dtype=torch.int32, device=device)
+        self._staged = torch.empty((2, shape.slots, pages), dtype=torch.int32, pin_memory=True)
+        self._count = torch.zeros(3, dtype=torch.int64, device=device)
+        # inactive entry j of a free slot writes to that slot's hot row j
+        self._scratch = (self.spec.hot_row(0, 0) + self.entry_slot * self.spec.hot_rows
+                         + self.entry_j)
+
+    @property
+    def tables(self) -> PageTables:
+        return self.scheduler.tables
+
+    def upload(self) -> None:
+        """The page tables to the device (before the step; the step only reads them)."""
+        staged = self._staged.numpy()
+        staged[0] = self.tables.gpu
+        staged[1] = self.tables.host
+        self.gpu_table.copy_(self._staged[0], non_blocking=True)
+        self.host_table.copy_(self._staged[1], non_blocking=True)
+
+    def begin_step(self) -> None:
+        self.step.add_(1)  # the resolver's step, advanced on the device
+        self._count.zero_()
+
+    def _page_rows(self, table: torch.Tensor, slot: torch.Tensor, pos: torch.Tensor
+                   ) -> torch.Tensor:
+        bt = self.shape.block_tokens
+        block = table[slot, pos // bt].long()
+        return torch.where(block >= 0, block * bt + pos % bt, -1)
+
+    def write(self, layer: int, rows: torch.Tensor, pos: torch.Tensor,
+              active: torch.Tensor) -> None:
+        target = self._page_rows(self.gpu_table, self.entry_slot, pos)
+        target = torch.where(active, target, self._scratch)
+        self.device_rows[layer].index_copy_(0, target, as_words(rows))
+
+    def select(self, layer: int, topk: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        v = self.views[layer]
+        valid = topk >= 0
+        pos = topk.clamp(min=0).long()
+        slot = self.entry_slot.unsqueeze(1).expand_as(pos)
+        resident = self._page_rows(self.gpu_table, slot, pos)
+        host = self._page_rows(self.host_table, slot, pos)
+        v["topk"].copy_(topk)
+        v["resident"].copy_(torch.where(valid, resident, -1))
+        v["host"].copy_(torch.where(valid & (resident < 0), host, -1))
+        v["slots"].copy_(torch.where(active, self.entry_slot, -1))
+        self.executor.launch_resolve(self.pools[layer], self.buffers[layer])
+        self._count.add_((v["counters"].long() * active.unsqueeze(1)).sum(0))
+        return torch.where(valid & active.unsqueeze(1), v["rows"].long(), -1)
+
+    def follow(self, layer: int, leader: int) -> None:
+        self.executor.replay(self.pools[layer], self.buffers[leader].result.plan)
+
+    def gather(self, layer: int, rows: torch.Tensor) -> torch.Tensor:
+        return gather_rows(self.device_rows[layer], rows)
+
+    def counters(self) -> torch.Tensor:
+        return self._count
+
+    def prefill_targets(self, slot: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions below ``length`` on resident pages and their device rows; positions on
+        host pages (prefix hits) are already there."""
+        bt = self.shape.block_tokens
+        pos = np.arange(length, dtype=np.int64)
+        block = self.tables.gpu[slot, pos // bt].astype(np.int64)
+        keep = block >= 0
+        dev = self.entry_slot.device
+        return (torch.from_numpy(pos[keep]).to(dev),
+                torch.from_numpy(block[keep] * bt + pos[keep] % bt).to(dev))
+
+    def write_rows(self, layer: int, targets: torch.Tensor, rows: torch.Tensor) -> None:
+        self.device_rows[layer].index_copy_(0, targets, as_words(rows))
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes of every pool: packed rows plus the leaders' LRU state."""
+        total = 0
+        for p in self.pools:
+            total += p.device.nbytes
+            if p.shape is not None:
+                total += p.hot_tag.nbytes + p.hot_stamp.nbytes + p.lru_order.nbytes
+                total += p.where.nbytes + p.ready.nbytes
+        return int(total)

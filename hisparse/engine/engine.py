@@ -1,0 +1,174 @@
+"""``DecodeEngine``: one decode step (indexer → top-K → resolve → attention → sampling)
+as one function of fixed device buffers, run eagerly or replayed as one CUDA graph.
+
+Inputs (token, position, active flag per entry) go up with one asynchronous copy before
+the step; outputs (greedy next token per entry, accepted drafts per slot, the resolver's
+counters) come back with one copy after it. Nothing inside the step reads the device
+from the host: under graph capture any such read would fail the capture.
+
+Speculative verification: a slot's entries are its last token and ``speculative``
+drafts at consecutive positions; the step writes all their rows, each entry attends to
+its own top-K (resolved in order, one slot run per request), and the longest prefix of
+drafts that equals the greedy tokens is accepted, plus one token of the model's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from hisparse.engine.cache import IndexCache, KVCache, entry_layout
+from hisparse.engine.config import EngineShape
+from hisparse.engine.model import Model
+
+PREFILL_CHUNK = 16384
+"""Prompt positions prefilled per launch group (bounds prefill's temporary memory)."""
+
+
+@dataclass(frozen=True, eq=False)
+class StepOutput:
+    """One step's results on the host."""
+
+    next_tokens: NDArray[np.int64]  # [E] greedy token after each entry
+    accepted: NDArray[np.int64]  # [N] drafts accepted per slot
+    counters: NDArray[np.int64]  # [3] resident hits, hot hits, misses (HiSparse only)
+
+
+class DecodeEngine:
+    """The decoder over one KV cache, in one stream, optionally as one CUDA graph.
+
+    ``topk="given"`` makes attention use the top-K written into ``given_topk`` instead
+    of the indexer's (the indexer still runs, so the step costs the same): benchmarks
+    use it to hold the top-K's locality fixed.
+    """
+
+    def __init__(
+        self, model: Model, cache: KVCache, shape: EngineShape, *, stream: torch.cuda.Stream,
+        graph: bool, topk: str = "indexer",
+    ) -> None:
+        if topk not in ("indexer", "given"):
+            raise ValueError(f"topk must be 'indexer' or 'given', got {topk!r}")
+        self.model, self.cache, self.shape, self.stream = model, cache, shape, stream
+        self.use_given = topk == "given"
+        dev = model.device
+        e, n = shape.entries, shape.slots
+        self.entry_slot, self.entry_j = entry_layout(shape, dev)
+        self._idle_pos = np.arange(e, dtype=np.int64) % shape.per_slot
+        self.index = IndexCache(model.shape, shape, dev)
+        self.inputs = torch.zeros((3, e), dtype=torch.int64, device=dev)
+        self.given_topk = torch.full((e, shape.top_k), -1, dtype=torch.int32, device=dev)
+        self._staged_in = torch.zeros((3, e), dtype=torch.int64, pin_memory=True)
+        self._staged_out = torch.zeros(e + n + 3, dtype=torch.int64, pin_memory=True)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        # Buffers above (and the cache's) were made on the default stream; the step runs
+        # on ``stream``, which does not wait for it by itself.
+        torch.cuda.synchronize(dev)
+        with torch.cuda.stream(stream):
+            self.inputs[1] = self.entry_j  # inactive entries: position j of their own slot
+            self.logits, self.packed = self._body()  # warm-up with every entry inactive
+        stream.synchronize()
+        if graph:
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=stream):
+                self.logits, self.packed = self._body()
+            stream.synchronize()
+
+    # -- the step ----------------------------------------------------------------------
+
+    def _topk(self, layer: int, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The indexer's top-K positions per entry, ascending, -1 padding first."""
+        scores = self.model.index_scores(layer, h, pos, self.index.view(layer),
+                                         self.shape.per_slot)
+        vals, idx = scores.topk(self.shape.top_k, dim=-1)
+        idx = torch.where(torch.isneginf(vals), -1, idx)
+        return idx.sort(dim=-1).values.to(torch.int32)
+
+    def _body(self) -> tuple[torch.Tensor, torch.Tensor]:
+        m, s, cache = self.model, self.shape, self.cache
+        tokens, pos, active = self.inputs[0], self.inputs[1], self.inputs[2] != 0
+        cache.begin_step()
+        x = m.embed[tokens]
+        for layer, lw in enumerate(m.layers):
+            h = m.rmsnorm(x, lw.attn_norm)
+            cache.write(layer, m.kv_rows(layer, h, pos), pos, active)
+            leader = m.shape.index_leaders[layer]
+            if leader == layer:
+                self.index.write(layer, m.index_keys(layer, h, pos), self.entry_slot, pos)
+                topk = self._topk(layer, h, pos)
+                if self.use_given:
+                    topk = self.given_topk
+                rows = cache.select(layer, topk, active)
+                selected = rows
+            else:
+                cache.follow(layer, leader)
+                rows = selected
+            x = x + m.attention(layer, h, pos, cache.gather(layer, rows), rows < 0)
+            x = x + m.mlp(layer, x)
+        logits = m.logits(x)
+        nxt = logits.argmax(-1)
+        if s.speculative:
+            drafts = tokens.view(s.slots, s.per_slot)[:, 1:]
+            own = nxt.view(s.slots, s.per_slot)[:, :-1]
+            accepted = (drafts == own).long().cumprod(1).sum(1)
+        else:
+            accepted = torch.zeros(s.slots, dtype=torch.int64, device=tokens.device)
+        return logits, torch.cat([nxt, accepted, cache.counters()])
+
+    def run(self, tokens: NDArray[np.int64], pos: NDArray[np.int64],
+            active: NDArray[np.bool_]) -> StepOutput:
+        """One decode step: inputs up, the step (graph replay or eager), outputs down."""
+        e, n = self.shape.entries, self.shape.slots
+        staged = self._staged_in.numpy()
+        staged[0] = np.where(active, tokens, 0)
+        staged[1] = np.where(active, pos, self._idle_pos)
+        staged[2] = active
+        with torch.cuda.stream(self.stream):
+            self.inputs.copy_(self._staged_in, non_blocking=True)
+            self.cache.upload()
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self.logits, self.packed = self._body()
+            self._staged_out.copy_(self.packed, non_blocking=True)
+        self.stream.synchronize()
+        out = self._staged_out.numpy().copy()
+        return StepOutput(out[:e], out[e : e + n], out[e + n :])
+
+    def launch(self) -> None:
+        """Launch one step on the inputs already on the device, without reading anything
+        back (for timing, and for checking that a step does no host synchronization)."""
+        with torch.cuda.stream(self.stream):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self.logits, self.packed = self._body()
+
+    # -- prefill -------------------------------------------------------------------------
+
+    def prefill(self, slot: int, prompt: NDArray[np.int32], length: int) -> None:
+        """Write the cache rows and index keys of prompt positions ``0 .. length-1``."""
+        m = self.model
+        dev = m.device
+        with torch.cuda.stream(self.stream):
+            tokens = torch.from_numpy(prompt[:length].astype(np.int64)).to(dev)
+            rows_pos, targets = self.cache.prefill_targets(slot, length)
+            for layer in range(m.shape.layers):
+                for a in range(0, len(rows_pos), PREFILL_CHUNK):
+                    p = rows_pos[a : a + PREFILL_CHUNK]
+                    rows, _ = m.prefill(layer, tokens[p], p)
+                    self.cache.write_rows(layer, targets[a : a + PREFILL_CHUNK], rows)
+                if m.shape.index_leaders[layer] != layer:
+                    continue
+                for a in range(0, length, PREFILL_CHUNK):
+                    p = torch.arange(a, min(length, a + PREFILL_CHUNK), device=dev)
+                    _, keys = m.prefill(layer, tokens[p], p)
+                    assert keys is not None
+                    self.index.write(layer, keys, torch.full_like(p, slot), p)
+
+    @property
+    def kv_nbytes(self) -> int:
+        """HBM holding KV: the cache's rows (and LRU state) plus the indexer's keys."""
+        return self.cache.nbytes + self.index.nbytes

@@ -1,0 +1,182 @@
+"""A small DeepSeek-V3.2-shaped decoder with random weights (torch).
+
+Per layer: RMSNorm, MLA attention in the absorbed form (queries projected into the
+512-wide latent space, scores against the dequantized cache row, values read back out
+of the latent), a SwiGLU MLP; a lightning-style indexer (ReLU-gated multi-head dot
+products, RoPE on the first 64 dims) on the layers that own one. Weights are drawn
+from a seeded generator, so two engines built from one ``ModelShape`` are identical.
+
+Prefill here is token-local: a prompt position's cache row and index key are the layer's
+projections of that token's embedding at that position (no attention over the prompt).
+The decode loop is what this model exists to exercise; token-local prefill keeps the
+property prefix caching relies on (a page's bytes follow from its tokens and positions)
+at a cost that allows 128k-token prompts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from hisparse.engine.config import LATENT_DIM, ROPE_DIM, ModelShape
+from hisparse.engine.kvrow import pack_rows, unpack_rows
+
+ROPE_BASE = 10000.0
+MASKED = -1.0e30
+"""Score of a padding position: finite, so a row with nothing to attend gives zeros."""
+
+
+@dataclass(frozen=True, eq=False)
+class LayerWeights:
+    attn_norm: torch.Tensor  # [D]
+    wq: torch.Tensor  # [D, H * (nope + rope)]
+    wdkv: torch.Tensor  # [D, 512]
+    wkr: torch.Tensor  # [D, 64]
+    wuk: torch.Tensor  # [H, nope, 512]
+    wuv: torch.Tensor  # [H, 512, v]
+    wo: torch.Tensor  # [H * v, D]
+    mlp_norm: torch.Tensor  # [D]
+    wgate: torch.Tensor  # [D, F]
+    wup: torch.Tensor  # [D, F]
+    wdown: torch.Tensor  # [F, D]
+    wiq: torch.Tensor | None  # [D, Hi * Di] (indexer owners only)
+    wik: torch.Tensor | None  # [D, Di]
+    wiw: torch.Tensor | None  # [D, Hi]
+
+
+class Model:
+    """Weights on one device and the per-layer functions the engine composes."""
+
+    def __init__(self, shape: ModelShape, device: torch.device | str) -> None:
+        self.shape = shape
+        self.device = torch.device(device)
+        gen = torch.Generator(device=self.device).manual_seed(shape.seed)
+        s = shape
+
+        def w(*size: int, fan_in: int) -> torch.Tensor:
+            t = torch.randn(*size, generator=gen, device=self.device, dtype=torch.float32)
+            return (t / math.sqrt(fan_in)).to(torch.bfloat16)
+
+        def ones() -> torch.Tensor:
+            return torch.ones(s.hidden, device=self.device, dtype=torch.bfloat16)
+
+        d, h = s.hidden, s.heads
+        self.embed = w(s.vocab, d, fan_in=1)
+        self.layers: list[LayerWeights] = []
+        for i in range(s.layers):
+            owner = s.index_leaders[i] == i
+            self.layers.append(LayerWeights(
+                attn_norm=ones(),
+                wq=w(d, h * (s.nope_dim + ROPE_DIM), fan_in=d),
+                wdkv=w(d, LATENT_DIM, fan_in=d),
+                wkr=w(d, ROPE_DIM, fan_in=d),
+                wuk=w(h, s.nope_dim, LATENT_DIM, fan_in=s.nope_dim),
+                wuv=w(h, LATENT_DIM, s.v_dim, fan_in=LATENT_DIM),
+                wo=w(h * s.v_dim, d, fan_in=h * s.v_dim),
+                mlp_norm=ones(),
+                wgate=w(d, s.mlp_dim, fan_in=d),
+                wup=w(d, s.mlp_dim, fan_in=d),
+                wdown=w(s.mlp_dim, d, fan_in=s.mlp_dim),
+                wiq=w(d, s.index_heads * s.index_dim, fan_in=d) if owner else None,
+                wik=w(d, s.index_dim, fan_in=d) if owner else None,
+                wiw=w(d, s.index_heads, fan_in=d) if owner else None,
+            ))
+        self.final_norm = ones()
+        self.lm_head = w(d, s.vocab, fan_in=d)
+        self.softmax_scale = 1.0 / math.sqrt(s.nope_dim + ROPE_DIM)
+
+    # -- pieces ---------------------------------------------------------------------
+
+    @staticmethod
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return xf.to(torch.bfloat16) * weight
+
+    @staticmethod
+    def rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Rotate the last dim of ``x`` (rotate-half) by positions ``pos`` (x.shape[:-1])."""
+        half = x.shape[-1] // 2
+        freqs = ROPE_BASE ** (
+            -torch.arange(half, device=x.device, dtype=torch.float32) / half
+        )
+        ang = pos.unsqueeze(-1).float() * freqs
+        cos, sin = ang.cos(), ang.sin()
+        x1, x2 = x.float()[..., :half], x.float()[..., half:]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).to(torch.bfloat16)
+
+    def _index_rope(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.rope(x[..., :ROPE_DIM], pos), x[..., ROPE_DIM:]], -1)
+
+    # -- cache writers ----------------------------------------------------------------
+
+    def kv_rows(self, layer: int, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """uint8 [n, 656] cache rows of normed hidden states ``h`` [n, D] at ``pos`` [n]."""
+        lw = self.layers[layer]
+        return pack_rows(h @ lw.wdkv, self.rope(h @ lw.wkr, pos))
+
+    def index_keys(self, layer: int, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """bf16 [n, Di] indexer keys (an indexer owner's layer only)."""
+        wik = self.layers[layer].wik
+        assert wik is not None
+        return self._index_rope(h @ wik, pos)
+
+    def prefill(
+        self, layer: int, tokens: torch.Tensor, pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token-local prefill: cache rows and (for indexer owners) index keys."""
+        h = self.rmsnorm(self.embed[tokens], self.layers[layer].attn_norm)
+        keys = self.index_keys(layer, h, pos) if self.layers[layer].wik is not None else None
+        return self.kv_rows(layer, h, pos), keys
+
+    # -- decode -------------------------------------------------------------------------
+
+    def index_scores(
+        self, layer: int, h: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor,
+        per_slot: int,
+    ) -> torch.Tensor:
+        """float32 [E, T] indexer scores of entries ``h`` [E, D] over ``keys`` [N, T, Di]
+        (the keys of each entry's slot; E = N * per_slot), -inf past each query position."""
+        lw, s = self.layers[layer], self.shape
+        assert lw.wiq is not None and lw.wiw is not None
+        e = h.shape[0]
+        n, t, di = keys.shape
+        q = self._index_rope((h @ lw.wiq).view(e, s.index_heads, di), pos.unsqueeze(-1).expand(
+            e, s.index_heads))
+        wts = (h @ lw.wiw).float() * (s.index_heads ** -0.5)  # [E, Hi]
+        logits = torch.bmm(q.view(n, per_slot * s.index_heads, di), keys.transpose(1, 2))
+        gated = torch.relu(logits).float().view(e, s.index_heads, t)
+        scores = torch.bmm(wts.unsqueeze(1), gated).squeeze(1)  # [E, T]
+        future = torch.arange(t, device=h.device).unsqueeze(0) > pos.unsqueeze(1)
+        return scores.masked_fill(future, float("-inf"))
+
+    def attention(
+        self, layer: int, h: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
+        pad: torch.Tensor,
+    ) -> torch.Tensor:
+        """Sparse MLA over gathered cache rows ``rows`` uint8 [E, K, 656]; ``pad`` [E, K]
+        marks positions to ignore. Returns the attention output [E, D]."""
+        lw, s = self.layers[layer], self.shape
+        e, nh = h.shape[0], s.heads
+        q = (h @ lw.wq).view(e, nh, s.nope_dim + ROPE_DIM)
+        q_nope, q_rope = q[..., : s.nope_dim], q[..., s.nope_dim :]
+        q_rope = self.rope(q_rope, pos.unsqueeze(-1).expand(e, nh))
+        q_lat = torch.bmm(q_nope.transpose(0, 1), lw.wuk).transpose(0, 1)  # [E, H, 512]
+        latent, rope = unpack_rows(rows)
+        kv = torch.cat([latent, rope], -1).masked_fill(pad.unsqueeze(-1), 0)  # [E, K, 576]
+        scores = torch.bmm(torch.cat([q_lat, q_rope], -1), kv.transpose(1, 2)).float()
+        scores = (scores * self.softmax_scale).masked_fill(pad.unsqueeze(1), MASKED)
+        probs = torch.softmax(scores, -1).to(torch.bfloat16)  # [E, H, K]
+        out_lat = torch.bmm(probs, kv[..., :LATENT_DIM])  # [E, H, 512]
+        out = torch.bmm(out_lat.transpose(0, 1), lw.wuv).transpose(0, 1)  # [E, H, v]
+        return out.reshape(e, nh * s.v_dim) @ lw.wo
+
+    def mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        lw = self.layers[layer]
+        h = self.rmsnorm(x, lw.mlp_norm)
+        return (torch.nn.functional.silu(h @ lw.wgate) * (h @ lw.wup)) @ lw.wdown
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.rmsnorm(x, self.final_norm) @ self.lm_head).float()

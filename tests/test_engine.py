@@ -1,0 +1,207 @@
+"""The engine's decode loop (``hisparse.engine``).
+
+GPU tests (marked ``gpu``; they import torch only once the marker has let them run):
+- a HiSparse engine, one CUDA graph per step, and the same model with every KV row
+  resident produce identical tokens and bit-identical logits over 256 decode steps at
+  batch 32, contexts 8k-128k from the Mooncake trace, with spills, prefix hits, aborts
+  and speculative verification steps;
+- the graph run equals the eager run, and a step does no host synchronization.
+
+The rest run everywhere (CI has no torch): the package imports without torch, shapes
+are checked, the workload's prefix identities are sound, and the scheduler side spills
+only complete pages.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hisparse.config import GIB, HiSparseConfig
+from hisparse.engine.config import ROW_BYTES, EngineConfigError, EngineShape, ModelShape
+from hisparse.engine.schedule import HiSparseScheduler
+from hisparse.engine.workload import make_request, mooncake_requests, pages_needed
+from hisparse.executor.reference import ReferenceExecutor
+
+# -- everywhere ---------------------------------------------------------------------------
+
+
+def test_engine_package_imports_without_torch() -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import hisparse.engine, hisparse.engine.schedule, hisparse.engine.workload\n"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_shapes_refuse_bad_values() -> None:
+    with pytest.raises(EngineConfigError, match="index_leaders"):
+        ModelShape(layers=3, index_leaders=(0, 0))
+    with pytest.raises(EngineConfigError, match="not an earlier layer"):
+        ModelShape(layers=2, index_leaders=(1, 1))
+    with pytest.raises(EngineConfigError, match="index_dim"):
+        ModelShape(index_dim=32)
+    with pytest.raises(EngineConfigError, match="top_k"):
+        EngineShape(slots=1, max_context=1024, top_k=2048)
+    with pytest.raises(EngineConfigError, match="multiple of block_tokens"):
+        EngineShape(slots=1, max_context=1000, top_k=64)
+    shape = EngineShape(slots=1, max_context=1024, top_k=64)
+    with pytest.raises(EngineConfigError, match="exceed max_context"):
+        make_request("r", [], 1000, 100, shape=shape, vocab=100)
+
+
+def test_shared_prefix_pages_share_keys_and_tokens() -> None:
+    shape = EngineShape(slots=2, max_context=8192, top_k=64, speculative=1)
+    a = make_request("a", [1, 2, 3], 1400, 10, shape=shape, vocab=1000)
+    b = make_request("b", [1, 2, 9], 1400, 10, shape=shape, vocab=1000)
+    c = make_request("c", [7, 2, 3], 1400, 10, shape=shape, vocab=1000)
+    assert len(a.page_keys) == pages_needed(1400, 10, shape)
+    # blocks 0 and 1 (1024 tokens, 16 pages) are shared by a and b; block 2 differs
+    assert a.page_keys[:16] == b.page_keys[:16]
+    assert np.array_equal(a.prompt[:1024], b.prompt[:1024])
+    assert not set(a.page_keys[16:]) & set(b.page_keys)
+    # c differs in block 0, so nothing after it is shared either (chained identity)
+    assert not set(c.page_keys) & set(a.page_keys)
+    assert len(set(a.page_keys)) == len(a.page_keys)
+
+
+def test_mooncake_workload_spans_8k_to_128k() -> None:
+    shape = EngineShape(slots=32, max_context=131072, speculative=2)
+    reqs = mooncake_requests(shape, vocab=32768, count=40, abort_every=10)
+    lengths = [len(r.prompt) for r in reqs]
+    assert min(lengths) >= 8192 and max(lengths) >= 100_000
+    assert sum(r.abort_after is not None for r in reqs) == 4
+    keys = [k for r in reqs for k in r.page_keys]
+    assert len(keys) > len(set(keys))  # some pages are shared prefixes
+
+
+def _scheduler(gpu_blocks: int) -> tuple[HiSparseScheduler, EngineShape]:
+    shape = EngineShape(slots=4, max_context=2048, top_k=16, block_tokens=64)
+    bb = shape.block_tokens * ROW_BYTES * 2
+    config = HiSparseConfig(host_pool_gib=(64 * bb + bb // 2) / GIB, block_tokens=64,
+                            row_bytes=ROW_BYTES, top_k=16, layers=2, index_leaders=(0, 0))
+    return HiSparseScheduler(config, ReferenceExecutor(), gpu_blocks=gpu_blocks,
+                             slots=shape.slots, max_pages=shape.max_pages), shape
+
+
+def test_reclaim_spills_only_complete_pages_and_tables_follow() -> None:
+    sched, shape = _scheduler(gpu_blocks=12)
+    a = make_request("a", [], 400, 100, shape=shape, vocab=100)  # 8 pages
+    b = make_request("b", [], 400, 100, shape=shape, vocab=100)
+    sched.add(a)
+    sched.add(b)
+    got = sched.admit(a)
+    assert got is not None
+    slot, _ = got
+    assert sched.admit(b) is None  # 8 + 8 > 12 blocks
+    short = sched.blocks_short(b)
+    assert short == 4
+    # a has 200 final positions: pages 1..3 are complete, page 4 (192..255) is not
+    assert sched.reclaim(short, {"a": 200}) == 3
+    assert sched.send_commands() == 3
+    sched.deliver_acks()  # enqueued acks: the three blocks go back to the pool
+    assert sched.send_commands() == 0  # the replacements went down
+    assert list(sched.tables.gpu[slot, :3]) == [-1, -1, -1]
+    assert (sched.tables.host[slot, :3] >= 0).all()
+    assert (sched.tables.gpu[slot, 3:8] >= 0).all()
+    assert sched.admit(b) is None  # still one block short: page 4 is not final
+    sched.end("a", aborted=False)
+    assert (sched.tables.gpu[slot] == -1).all()
+    assert sched.admit(b) is not None
+
+
+# -- on the GPU ------------------------------------------------------------------------
+
+IDENTITY_STEPS = int(os.environ.get("HISPARSE_ENGINE_STEPS", "256"))
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    import torch
+
+    from hisparse.engine.model import Model
+
+    return Model(ModelShape(), torch.device("cuda:0"))
+
+
+def _print(name: str, rep: Any) -> None:
+    d = rep.as_dict()
+    d.pop("batches")
+    print(f"\n{name}: " + ", ".join(f"{k}={v}" for k, v in d.items()))
+
+
+@pytest.mark.gpu
+def test_hisparse_decode_is_bit_identical_to_all_resident(model: Any) -> None:
+    """256 steps at batch 32, contexts 8k-128k, spills, prefix hits, aborts, 2 drafts."""
+    from hisparse.engine.lockstep import Lockstep, hisparse_engine, resident_engine
+
+    shape = EngineShape(slots=32, max_context=131072, top_k=2048, speculative=2)
+    reqs = mooncake_requests(shape, vocab=model.shape.vocab, count=112, abort_every=9,
+                             arrivals_per_step=8)
+    hs, sched = hisparse_engine(model, shape, gpu_blocks=6144, host_blocks=40000, graph=True)
+    oracle = resident_engine(model, shape, graph=False)
+    rep = Lockstep([hs, oracle], [sched, None], reqs).run(IDENTITY_STEPS)
+    _print("identity", rep)
+    assert rep.steps == IDENTITY_STEPS >= 256
+    assert rep.entries_compared > 0 and rep.nonfinite_logits == 0
+    assert rep.token_mismatches == 0, rep.first_mismatch_step
+    assert rep.logits_mismatched_entries == 0, (rep.first_mismatch_step, rep.max_abs_logit_diff)
+    assert rep.identical
+    # the workload's terms: batch 32, contexts from 8k to 128k, spills, prefix hits
+    assert rep.batch_max == 32 and float(np.median(rep.batches)) >= 32
+    assert rep.context_min >= 8191 and rep.context_max >= 100_000
+    assert rep.spills > 0 and rep.prefix_hits > 0 and rep.misses > 0 and rep.hot_hits > 0
+    assert rep.aborted > 0 and rep.finished > 0
+    assert rep.drafts > 0  # every step verified two drafts per request
+
+
+@pytest.mark.gpu
+def test_graph_equals_eager_and_a_step_never_syncs(model: Any) -> None:
+    """One CUDA graph per step equals the eager step (HiSparse and resident); replaying
+    it does no host synchronization and no device-to-host copy."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from hisparse.engine.lockstep import Lockstep, hisparse_engine, resident_engine
+
+    shape = EngineShape(slots=8, max_context=32768, top_k=2048, speculative=1)
+    reqs = mooncake_requests(shape, vocab=model.shape.vocab, count=16, abort_every=5,
+                             max_new=(24, 48))
+    hs_graph, s1 = hisparse_engine(model, shape, gpu_blocks=1600, host_blocks=8000,
+                                   graph=True)
+    hs_eager, s2 = hisparse_engine(model, shape, gpu_blocks=1600, host_blocks=8000,
+                                   graph=False)
+    res_graph = resident_engine(model, shape, graph=True)
+    res_eager = resident_engine(model, shape, graph=False)
+    run = Lockstep([hs_graph, hs_eager, res_graph, res_eager], [s1, s2, None, None], reqs)
+    rep = run.run(40)
+    _print("graph-vs-eager", rep)
+    assert rep.entries_compared > 0 and rep.identical, (
+        rep.first_mismatch_step, rep.max_abs_logit_diff)
+    assert rep.spills > 0 and rep.misses > 0
+
+    # A step launched on the current inputs: no synchronizing call, in graph or eager.
+    for eng in (hs_graph, hs_eager, res_graph):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            eng.launch()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        eng.stream.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        hs_graph.launch()
+        hs_graph.stream.synchronize()
+    names = [e.name for e in prof.events()]
+    print("profiled graph step:", sorted(set(names)))
+    assert names.count("cudaGraphLaunch") == 1
+    assert not [n for n in names if "DtoH" in n or n.startswith("cudaMemcpy")]
+    assert "cudaLaunchKernel" not in names  # every kernel of the step is in the graph
