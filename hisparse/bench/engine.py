@@ -122,6 +122,7 @@ def _fill(engine: Any, scheduler: Any, requests: list[EngineRequest]) -> dict[st
         scheduler.send_commands()
         scheduler.worker.executor.release()
         scheduler.deliver_acks()
+        scheduler.send_commands()  # the tables now point at the host blocks
     return final
 
 
@@ -156,7 +157,7 @@ def _time_steps(torch: Any, engine: Any, topk: _TopK, requests: list[EngineReque
     total = int(counts.sum())
     return {"drift": drift, "step_us": statistics.median(times), "step_us_min": min(times),
             "resident_hits": int(counts[0]), "hot_hits": int(counts[1]),
-            "misses": int(counts[2]), "miss_rate": counts[2] / total if total else 0.0}
+            "misses": int(counts[2]), "miss_rate": float(counts[2] / total) if total else 0.0}
 
 
 def run(

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from hisparse.engine.config import ROW_BYTES, EngineShape, ModelShape
+from hisparse.engine.inputs import ResolveInputs
 from hisparse.engine.schedule import HiSparseScheduler, PageTables
 from hisparse.executor.cuda import CudaExecutor, CudaPools, CudaResolveResult, ResolveBuffers
 from hisparse.executor.cuda.backend import load_cupy
@@ -74,12 +75,19 @@ class IndexCache:
 class KVCache(Protocol):
     """What the decode step asks of a KV cache (see the module docstring)."""
 
-    def begin_step(self) -> None: ...
+    def bind(self, inputs: torch.Tensor) -> None:
+        """The step's fixed input buffer, int64 [3, E]: token, position, active."""
+        ...
 
-    def write(self, layer: int, rows: torch.Tensor, pos: torch.Tensor,
-              active: torch.Tensor) -> None: ...
+    def begin_step(self) -> None:
+        """Once per step, before any layer: where this step's rows go."""
+        ...
 
-    def select(self, layer: int, topk: torch.Tensor, active: torch.Tensor) -> torch.Tensor: ...
+    def write(self, layer: int, rows: torch.Tensor) -> None: ...
+
+    def select(self, layer: int, topk: torch.Tensor) -> torch.Tensor:
+        """Device rows [E, K] of an indexer owner's top-K (-1: padding or inactive)."""
+        ...
 
     def follow(self, layer: int, leader: int) -> None: ...
 
@@ -111,16 +119,19 @@ class ResidentCache:
         ]
         self.entry_slot, _ = entry_layout(shape, device)
         self._zero = torch.zeros(3, dtype=torch.int64, device=device)
+        self._inputs = torch.zeros((3, shape.entries), dtype=torch.int64, device=device)
+        self._target = self.entry_slot
+
+    def bind(self, inputs: torch.Tensor) -> None:
+        self._inputs = inputs
 
     def begin_step(self) -> None:
-        pass
+        self._target = self.entry_slot * self.shape.max_context + self._inputs[1]
 
-    def write(self, layer: int, rows: torch.Tensor, pos: torch.Tensor,
-              active: torch.Tensor) -> None:
-        self.rows[layer].index_copy_(0, self.entry_slot * self.shape.max_context + pos,
-                                     as_words(rows))
+    def write(self, layer: int, rows: torch.Tensor) -> None:
+        self.rows[layer].index_copy_(0, self._target, as_words(rows))
 
-    def select(self, layer: int, topk: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def select(self, layer: int, topk: torch.Tensor) -> torch.Tensor:
         base = (self.entry_slot * self.shape.max_context).unsqueeze(1)
         return torch.where(topk >= 0, base + topk, -1)
 
@@ -203,6 +214,9 @@ class HiSparseCache:
         self.host_table = torch.full((shape.slots, pages), -1, dtype=torch.int32, device=device)
         self._staged = torch.empty((2, shape.slots, pages), dtype=torch.int32, pin_memory=True)
         self._count = torch.zeros(3, dtype=torch.int64, device=device)
+        self._inputs = torch.zeros((3, shape.entries), dtype=torch.int64, device=device)
+        self._target = self.entry_slot
+        self._fill: ResolveInputs | None = None
         # inactive entry j of a free slot writes to that slot's hot row j
         self._scratch = (self.spec.hot_row(0, 0) + self.entry_slot * self.spec.hot_rows
                          + self.entry_j)
@@ -219,36 +233,33 @@ class HiSparseCache:
         self.gpu_table.copy_(self._staged[0], non_blocking=True)
         self.host_table.copy_(self._staged[1], non_blocking=True)
 
+    def bind(self, inputs: torch.Tensor) -> None:
+        self._inputs = inputs
+        self._fill = ResolveInputs(inputs, self.gpu_table, self.host_table,
+                                   per_slot=self.shape.per_slot,
+                                   block_tokens=self.shape.block_tokens)
+
     def begin_step(self) -> None:
         self.step.add_(1)  # the resolver's step, advanced on the device
         self._count.zero_()
-
-    def _page_rows(self, table: torch.Tensor, slot: torch.Tensor, pos: torch.Tensor
-                   ) -> torch.Tensor:
         bt = self.shape.block_tokens
-        block = table[slot, pos // bt].long()
-        return torch.where(block >= 0, block * bt + pos % bt, -1)
+        pos = self._inputs[1]
+        block = self.gpu_table[self.entry_slot, pos // bt].long()
+        self._target = torch.where(self._inputs[2] != 0, block * bt + pos % bt, self._scratch)
 
-    def write(self, layer: int, rows: torch.Tensor, pos: torch.Tensor,
-              active: torch.Tensor) -> None:
-        target = self._page_rows(self.gpu_table, self.entry_slot, pos)
-        target = torch.where(active, target, self._scratch)
-        self.device_rows[layer].index_copy_(0, target, as_words(rows))
+    def write(self, layer: int, rows: torch.Tensor) -> None:
+        self.device_rows[layer].index_copy_(0, self._target, as_words(rows))
 
-    def select(self, layer: int, topk: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        v = self.views[layer]
-        valid = topk >= 0
-        pos = topk.clamp(min=0).long()
-        slot = self.entry_slot.unsqueeze(1).expand_as(pos)
-        resident = self._page_rows(self.gpu_table, slot, pos)
-        host = self._page_rows(self.host_table, slot, pos)
+    def select(self, layer: int, topk: torch.Tensor) -> torch.Tensor:
+        assert self._fill is not None, "bind() the step's inputs first"
+        v, buf = self.views[layer], self.buffers[layer]
         v["topk"].copy_(topk)
-        v["resident"].copy_(torch.where(valid, resident, -1))
-        v["host"].copy_(torch.where(valid & (resident < 0), host, -1))
-        v["slots"].copy_(torch.where(active, self.entry_slot, -1))
-        self.executor.launch_resolve(self.pools[layer], self.buffers[layer])
-        self._count.add_((v["counters"].long() * active.unsqueeze(1)).sum(0))
-        return torch.where(valid & active.unsqueeze(1), v["rows"].long(), -1)
+        with self.executor.stream:
+            self._fill.launch(buf)
+        self.executor.launch_resolve(self.pools[layer], buf)
+        active = (self._inputs[2] != 0).unsqueeze(1)
+        self._count.add_((v["counters"] * active).sum(0))
+        return v["rows"]  # -1 for padding and for inactive entries (slot -1)
 
     def follow(self, layer: int, leader: int) -> None:
         self.executor.replay(self.pools[layer], self.buffers[leader].result.plan)

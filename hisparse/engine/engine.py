@@ -65,6 +65,7 @@ class DecodeEngine:
         self.graph: torch.cuda.CUDAGraph | None = None
         # Buffers above (and the cache's) were made on the default stream; the step runs
         # on ``stream``, which does not wait for it by itself.
+        cache.bind(self.inputs)
         torch.cuda.synchronize(dev)
         with torch.cuda.stream(stream):
             self.inputs[1] = self.entry_j  # inactive entries: position j of their own slot
@@ -88,19 +89,19 @@ class DecodeEngine:
 
     def _body(self) -> tuple[torch.Tensor, torch.Tensor]:
         m, s, cache = self.model, self.shape, self.cache
-        tokens, pos, active = self.inputs[0], self.inputs[1], self.inputs[2] != 0
+        tokens, pos = self.inputs[0], self.inputs[1]
         cache.begin_step()
         x = m.embed[tokens]
         for layer, lw in enumerate(m.layers):
             h = m.rmsnorm(x, lw.attn_norm)
-            cache.write(layer, m.kv_rows(layer, h, pos), pos, active)
+            cache.write(layer, m.kv_rows(layer, h, pos))
             leader = m.shape.index_leaders[layer]
             if leader == layer:
                 self.index.write(layer, m.index_keys(layer, h, pos), self.entry_slot, pos)
                 topk = self._topk(layer, h, pos)
                 if self.use_given:
                     topk = self.given_topk
-                rows = cache.select(layer, topk, active)
+                rows = cache.select(layer, topk)
                 selected = rows
             else:
                 cache.follow(layer, leader)

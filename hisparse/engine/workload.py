@@ -111,12 +111,13 @@ def mooncake_requests(
     arrivals_per_step: int = 4, path: Path = MOONCAKE_TRACE,
 ) -> list[EngineRequest]:
     """``count`` trace requests with at least ``min_context`` prompt tokens, in trace
-    order, with the trace's first two prompts of ``long_context`` or more moved to the
-    front so long contexts run from the start. Prompts are clipped to fit
+    order, with the trace's two longest prompts (if ``long_context`` or more) moved to
+    the front so the longest contexts run from the start. Prompts are clipped to fit
     ``max_context``; output lengths are clipped to ``max_new``; every ``abort_every``-th
     request (0: none) aborts part-way."""
     rows = [r for r in _read_trace(path) if r["input_length"] >= min_context]
-    longest = [r for r in rows if r["input_length"] >= long_context][:2]
+    longest = sorted((r for r in rows if r["input_length"] >= long_context),
+                     key=lambda r: -int(r["input_length"]))[:2]
     chosen = longest + [r for r in rows if r not in longest][: max(0, count - len(longest))]
     out = []
     lo, hi = max_new
