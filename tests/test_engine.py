@@ -24,7 +24,7 @@ import pytest
 
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.engine.config import ROW_BYTES, EngineConfigError, EngineShape, ModelShape
-from hisparse.engine.schedule import HiSparseScheduler
+from hisparse.engine.schedule import HiSparseScheduler, SchedulerError
 from hisparse.engine.workload import make_request, mooncake_requests, pages_needed
 from hisparse.executor.reference import ReferenceExecutor
 
@@ -117,6 +117,20 @@ def test_reclaim_spills_only_complete_pages_and_tables_follow() -> None:
     sched.end("a", aborted=False)
     assert (sched.tables.gpu[slot] == -1).all()
     assert sched.admit(b) is not None
+
+
+def test_a_full_batch_is_refused_before_the_coordinator_changes() -> None:
+    sched, shape = _scheduler(gpu_blocks=64)
+    reqs = [make_request(f"r{i}", [], 100, 10, shape=shape, vocab=100) for i in range(5)]
+    for r in reqs:
+        sched.add(r)
+    for r in reqs[:4]:
+        assert sched.admit(r) is not None
+    free = sched.kv.num_free
+    with pytest.raises(SchedulerError, match="slots are running"):
+        sched.admit(reqs[4])
+    assert sched.kv.num_free == free
+    assert sched.coordinator.state.req["r4"] != "running"
 
 
 # -- on the GPU ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import torch
 from numpy.typing import NDArray
 
 from hisparse.engine.cache import IndexCache, KVCache, entry_layout
-from hisparse.engine.config import EngineShape
+from hisparse.engine.config import EngineConfigError, EngineShape
 from hisparse.engine.model import Model
 
 PREFILL_CHUNK = 16384
@@ -122,6 +122,9 @@ class DecodeEngine:
             active: NDArray[np.bool_]) -> StepOutput:
         """One decode step: inputs up, the step (graph replay or eager), outputs down."""
         e, n = self.shape.entries, self.shape.slots
+        for name, arr in (("tokens", tokens), ("pos", pos), ("active", active)):
+            if np.shape(arr) != (e,):
+                raise EngineConfigError(f"{name} must have shape ({e},), got {np.shape(arr)}")
         staged = self._staged_in.numpy()
         staged[0] = np.where(active, tokens, 0)
         staged[1] = np.where(active, pos, self._idle_pos)

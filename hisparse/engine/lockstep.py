@@ -24,7 +24,7 @@ from hisparse.engine.cache import HiSparseCache, ResidentCache
 from hisparse.engine.config import ROW_BYTES, EngineShape
 from hisparse.engine.engine import DecodeEngine
 from hisparse.engine.model import Model
-from hisparse.engine.schedule import HiSparseScheduler
+from hisparse.engine.schedule import HiSparseScheduler, SchedulerError
 from hisparse.engine.workload import EngineRequest
 from hisparse.executor.cuda import CudaExecutor
 from hisparse.executor.cuda.backend import load_cupy
@@ -194,12 +194,12 @@ class Lockstep:
             got = sched.admit(req)
             if got is not None:
                 if got[0] != slot:
-                    raise RuntimeError(f"{req.request_id}: slot {got[0]}, leader's {slot}")
+                    raise SchedulerError(f"{req.request_id}: slot {got[0]}, leader's {slot}")
                 return
             sched.reclaim(sched.blocks_short(req), self._final())
             sched.send_commands()
             sched.deliver_acks()
-        raise RuntimeError(f"{req.request_id} does not fit a following scheduler's GPU pool")
+        raise SchedulerError(f"{req.request_id} does not fit a following scheduler's GPU pool")
 
     def _admit(self, step: int) -> None:
         while self.queue and self.queue[0].arrival <= step and (

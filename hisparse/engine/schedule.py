@@ -29,6 +29,10 @@ from hisparse.spec.state import Loc
 from hisparse.worker import HiSparseWorker
 
 
+class SchedulerError(Exception):
+    """An admission the scheduler cannot make; nothing was changed."""
+
+
 class PageTables:
     """Per slot, each page's GPU block and host block (-1 where it is not there)."""
 
@@ -66,12 +70,19 @@ class HiSparseScheduler:
         self.wconn = HiSparseConnector(KVConnectorRole.WORKER, worker=self.worker)
         self.tables = PageTables(slots, max_pages)
         self.gpu_blocks = gpu_blocks
+        self.slots = slots
 
     def add(self, request: EngineRequest) -> None:
         self.coordinator.add_request(request.request_id, request.page_keys)
 
     def admit(self, request: EngineRequest) -> tuple[int, Admission] | None:
-        """The request's slot and admission, or None (nothing changed) under GPU pressure."""
+        """The request's slot and admission, or None (nothing changed) under GPU pressure.
+
+        A full batch is refused (``SchedulerError``) before the coordinator is asked."""
+        if len(self.worker.tables.slots) >= self.slots:
+            raise SchedulerError(
+                f"{request.request_id}: all {self.slots} slots are running; end a request first"
+            )
         adm = self.coordinator.admit(request.request_id)
         if adm is None:
             return None
