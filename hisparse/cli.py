@@ -303,7 +303,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.target in ("resolver", "spill", "engine"):
         try:
             return _cmd_bench_gpu(args)
-        except (ExecutorError, ImportError) as exc:  # no GPU, CuPy or (engine) torch
+        except ExecutorError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
     if args.target == "coordinator":

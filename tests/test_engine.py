@@ -43,6 +43,22 @@ def test_engine_package_imports_without_torch() -> None:
     assert out.stdout.strip() == "ok"
 
 
+def test_bench_engine_without_torch_exits_2_saying_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from hisparse.engine.backend import EngineUnavailable, load_torch\n"
+        "try:\n    load_torch()\nexcept EngineUnavailable as e:\n    print('refused:', e)\n"
+        "from hisparse.cli import main\n"
+        "sys.exit(main(['bench', 'engine']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 2, out.stderr
+    assert "refused: the engine needs torch: pip install 'hisparse[engine]'" in out.stdout
+    # without CuPy (CI) the GPU check speaks first; with it, the torch check does
+    assert "hisparse[cuda12]" in out.stderr or "hisparse[engine]" in out.stderr
+
+
 def test_shapes_refuse_bad_values() -> None:
     with pytest.raises(EngineConfigError, match="index_leaders"):
         ModelShape(layers=3, index_leaders=(0, 0))

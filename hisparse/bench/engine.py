@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from hisparse.bench.gpu import environment
+from hisparse.engine.backend import load_torch
 from hisparse.engine.config import ROW_BYTES, EngineShape, ModelShape
 from hisparse.engine.workload import EngineRequest, pages_needed, synthetic_requests
 
@@ -165,7 +166,10 @@ def run(
     drifts: tuple[float, ...] = (0.001, 0.01, 0.05), steps: int = 30, warmup: int = 10,
     budget_gib: float = 40.0, top_k: int = 2048, progress: bool = True,
 ) -> dict[str, Any]:
-    import torch
+    from hisparse.executor.cuda.backend import load_cupy
+
+    load_cupy()  # no GPU: CudaUnavailable before anything is built
+    torch = load_torch()
 
     from hisparse.engine.lockstep import hisparse_engine, resident_engine
     from hisparse.engine.model import Model

@@ -162,14 +162,13 @@ class DecodeEngine:
             for layer in range(m.shape.layers):
                 for a in range(0, len(rows_pos), PREFILL_CHUNK):
                     p = rows_pos[a : a + PREFILL_CHUNK]
-                    rows, _ = m.prefill(layer, tokens[p], p)
+                    rows = m.prefill_rows(layer, tokens[p], p)
                     self.cache.write_rows(layer, targets[a : a + PREFILL_CHUNK], rows)
                 if m.shape.index_leaders[layer] != layer:
                     continue
                 for a in range(0, length, PREFILL_CHUNK):
                     p = torch.arange(a, min(length, a + PREFILL_CHUNK), device=dev)
-                    _, keys = m.prefill(layer, tokens[p], p)
-                    assert keys is not None
+                    keys = m.prefill_keys(layer, tokens[p], p)
                     self.index.write(layer, keys, torch.full_like(p, slot), p)
 
     @property

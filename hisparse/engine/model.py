@@ -123,13 +123,16 @@ class Model:
         assert wik is not None
         return self._index_rope(h @ wik, pos)
 
-    def prefill(
-        self, layer: int, tokens: torch.Tensor, pos: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token-local prefill: cache rows and (for indexer owners) index keys."""
-        h = self.rmsnorm(self.embed[tokens], self.layers[layer].attn_norm)
-        keys = self.index_keys(layer, h, pos) if self.layers[layer].wik is not None else None
-        return self.kv_rows(layer, h, pos), keys
+    def _prefill_hidden(self, layer: int, tokens: torch.Tensor) -> torch.Tensor:
+        return self.rmsnorm(self.embed[tokens], self.layers[layer].attn_norm)
+
+    def prefill_rows(self, layer: int, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Token-local prefill: the cache rows of ``tokens`` at ``pos``."""
+        return self.kv_rows(layer, self._prefill_hidden(layer, tokens), pos)
+
+    def prefill_keys(self, layer: int, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Token-local prefill: the index keys of ``tokens`` at ``pos`` (indexer owners)."""
+        return self.index_keys(layer, self._prefill_hidden(layer, tokens), pos)
 
     # -- decode -------------------------------------------------------------------------
 
