@@ -14,9 +14,11 @@ only complete pages.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -90,14 +92,28 @@ def test_shared_prefix_pages_share_keys_and_tokens() -> None:
     assert len(set(a.page_keys)) == len(a.page_keys)
 
 
-def test_mooncake_workload_spans_8k_to_128k() -> None:
-    shape = EngineShape(slots=32, max_context=131072, speculative=2)
-    reqs = mooncake_requests(shape, vocab=32768, count=40, abort_every=10)
-    lengths = [len(r.prompt) for r in reqs]
-    assert min(lengths) >= 8192 and max(lengths) >= 100_000
-    assert sum(r.abort_after is not None for r in reqs) == 4
-    keys = [k for r in reqs for k in r.page_keys]
-    assert len(keys) > len(set(keys))  # some pages are shared prefixes
+def test_mooncake_workload_puts_the_longest_first_and_clips(tmp_path: Path) -> None:
+    """The trace's format (one JSON request per line, a hash id per 512 tokens)."""
+    rows = [(0, 9000, 100, [0, 1]), (1, 4000, 10, [0, 2]), (2, 131_050, 50, [7]),
+            (3, 8192, 400, [0, 1, 3]), (4, 110_000, 5, [8]), (5, 20_000, 30, [0, 1])]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(
+        json.dumps({"timestamp": t, "input_length": n, "output_length": o, "hash_ids": h}) + "\n"
+        for t, n, o, h in rows))
+    shape = EngineShape(slots=4, max_context=131072, speculative=2)
+    reqs = mooncake_requests(shape, vocab=1000, count=5, abort_every=2, path=trace,
+                             arrivals_per_step=2)
+    # the two longest first, then trace order; the 4000-token prompt is below 8k
+    assert [len(r.prompt) for r in reqs] == [131072 - 50 - 2 - 1, 110_000, 9000, 8192, 20_000]
+    assert [r.max_new for r in reqs] == [50, 32, 100, 160, 32]  # clipped to 32..160
+    assert [r.arrival for r in reqs] == [0, 0, 1, 1, 2]
+    assert [r.abort_after is not None for r in reqs] == [False, True, False, True, False]
+    # requests 2, 3 and 5 share hash ids 0, 1: their first 16 pages (1024 tokens) share keys
+    a, b, c = reqs[2], reqs[3], reqs[4]
+    assert a.page_keys[:16] == b.page_keys[:16] == c.page_keys[:16]
+    assert np.array_equal(a.prompt[:1024], c.prompt[:1024])
+    with pytest.raises(EngineConfigError, match="trace is not at"):
+        mooncake_requests(shape, vocab=1000, count=1, path=tmp_path / "missing.jsonl")
 
 
 def _scheduler(gpu_blocks: int) -> tuple[HiSparseScheduler, EngineShape]:
