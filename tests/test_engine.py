@@ -167,7 +167,8 @@ def test_a_full_batch_is_refused_before_the_coordinator_changes() -> None:
 
 # -- on the GPU ------------------------------------------------------------------------
 
-IDENTITY_STEPS = int(os.environ.get("HISPARSE_ENGINE_STEPS", "256"))
+IDENTITY_STEPS = int(os.environ.get("HISPARSE_ENGINE_STEPS", "384"))
+"""Steps of the identity run: the first ones fill the batch, at least 256 run it full."""
 
 
 @pytest.fixture(scope="module")
@@ -187,23 +188,25 @@ def _print(name: str, rep: Any) -> None:
 
 @pytest.mark.gpu
 def test_hisparse_decode_is_bit_identical_to_all_resident(model: Any) -> None:
-    """256 steps at batch 32, contexts 8k-128k, spills, prefix hits, aborts, 2 drafts."""
+    """≥ 256 steps at batch 32, contexts 8k-128k, spills, prefix hits, aborts, 2 drafts."""
     from hisparse.engine.lockstep import Lockstep, hisparse_engine, resident_engine
 
     shape = EngineShape(slots=32, max_context=131072, top_k=2048, speculative=2)
-    reqs = mooncake_requests(shape, vocab=model.shape.vocab, count=112, abort_every=9,
+    reqs = mooncake_requests(shape, vocab=model.shape.vocab, count=128, abort_every=9,
                              arrivals_per_step=8)
     hs, sched = hisparse_engine(model, shape, gpu_blocks=6144, host_blocks=40000, graph=True)
     oracle = resident_engine(model, shape, graph=False)
     rep = Lockstep([hs, oracle], [sched, None], reqs).run(IDENTITY_STEPS)
     _print("identity", rep)
-    assert rep.steps == IDENTITY_STEPS >= 256
+    assert rep.steps == IDENTITY_STEPS
+    full = sum(b >= 32 for b in rep.batches)
+    print(f"steps at batch 32: {full} of {rep.steps}")
     assert rep.entries_compared > 0 and rep.nonfinite_logits == 0
     assert rep.token_mismatches == 0, rep.first_mismatch_step
     assert rep.logits_mismatched_entries == 0, (rep.first_mismatch_step, rep.max_abs_logit_diff)
     assert rep.identical
     # the workload's terms: batch 32, contexts from 8k to 128k, spills, prefix hits
-    assert rep.batch_max == 32 and float(np.median(rep.batches)) >= 32
+    assert full >= 256
     assert rep.context_min >= 8191 and rep.context_max >= 100_000
     assert rep.spills > 0 and rep.prefix_hits > 0 and rep.misses > 0 and rep.hot_hits > 0
     assert rep.aborted > 0 and rep.finished > 0
