@@ -169,7 +169,8 @@ def rows_of(
 
 def row_bytes_of(key_id: int, layer: int, offset: int, width: int) -> NDArray[np.uint8]:
     """The bytes of one KV row (see ``rows_of``)."""
-    return rows_of(np.array([key_id]), layer, np.array([offset]), width)[0]
+    row: NDArray[np.uint8] = rows_of(np.array([key_id]), layer, np.array([offset]), width)[0]
+    return row
 
 
 class Simulation:
