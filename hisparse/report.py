@@ -61,16 +61,26 @@ def _pct(x: float) -> str:
 
 def lines(doc: Doc) -> list[str]:
     """The report as text, sizes first; each figure with its unit."""
-    r = doc.get("rates") or rates(doc)
-    z = doc["sizes"]
+    return header_lines(doc["sizes"]) + result_lines(doc)
+
+
+def header_lines(z: Doc) -> list[str]:
+    """What the run is: the workload and the sizes (printed before it starts)."""
     leaders = " ".join(str(x) for x in z["index_leaders"])
-    out = [
+    return [
         f"workload     {z['workload']}: {z['requests']:,} requests, seed {z['seed']}",
         f"sizes        GPU {z['gpu_blocks']:,} blocks, host {z['host_blocks']:,} blocks "
         f"({_bytes(z['host_pool_bytes'])}), {z['block_tokens']} tokens/block, "
         f"{z['row_bytes']} B/row, {z['layers']} layers (index leaders {leaders}), "
         f"top-K {z['top_k']}, {z['hot_rows']} hot rows/request, max running "
         f"{z['max_running']}, speculative {z['speculative']}, executor {z['executor']}",
+    ]
+
+
+def result_lines(doc: Doc) -> list[str]:
+    """What the run did, each figure with its unit."""
+    r = doc.get("rates") or rates(doc)
+    out = [
         f"steps        {doc['steps']:,} decode steps, {doc['decoded_tokens']:,} tokens decoded "
         f"({r['tokens_per_step']:.2f} tokens/step)",
         f"requests     {doc['requests']:,} arrived: {doc['finished']:,} finished, "
@@ -128,7 +138,8 @@ def plot(doc: Doc, path: Path) -> None:
                                           strict=True)]
     for key, label in (("resident_hits", "resident"), ("hot_hits", "hot"),
                        ("misses", "host (miss)")):
-        ax[1].plot(steps, [_ratio(v, n) for v, n in zip(s[key], looks, strict=True)],
+        ax[1].plot(steps, [v / n if n else float("nan")  # a gap where nothing decoded
+                           for v, n in zip(s[key], looks, strict=True)],
                    label=label, linewidth=0.8)
     ax[1].set_ylabel("top-K hit rate per step")
     ax[1].set_ylim(0, 1.05)
