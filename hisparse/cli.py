@@ -321,8 +321,9 @@ def _register_simulate(sub: SubParsers) -> None:
                    "30 ms of compressed trace time)")
     w.add_argument("--max-decode", type=positive_int, default=None,
                    help="mooncake: cap on decode steps per request (unset: as traced)")
-    w.add_argument("--abort-rate", type=probability, default=d.abort_rate,
-                   help="chance per step that a running request is aborted")
+    w.add_argument("--abort-rate", type=probability, default=None,
+                   help="chance per step that a running request is aborted (default: "
+                   f"{d.abort_rate} synthetic, 0 mooncake: the trace has no aborts)")
     z = p.add_argument_group("sizes")
     z.add_argument("--gpu-blocks", type=positive_int, default=d.gpu_blocks,
                    help="GPU KV blocks in the pool")
@@ -369,6 +370,7 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         path = in_file(str(DEFAULT_MOONCAKE))
     elif args.workload == "synthetic" and path is not None:
         raise argparse.ArgumentTypeError("PATH is only for --workload mooncake")
+    d = SimulateOptions()
     block_bytes = args.block_tokens * args.row_bytes * args.layers
     host_blocks = args.host_blocks
     if args.host_gib is not None:
@@ -380,7 +382,9 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         requests=args.requests, steps=args.steps, seed=args.seed, workload=args.workload,
         workload_path=path, arrival_rate=args.arrival_rate,
         time_compression=args.time_compression, max_decode=args.max_decode,
-        abort_rate=args.abort_rate, gpu_blocks=args.gpu_blocks, host_blocks=host_blocks,
+        abort_rate=args.abort_rate if args.abort_rate is not None
+        else d.abort_rate if args.workload == "synthetic" else 0.0,
+        gpu_blocks=args.gpu_blocks, host_blocks=host_blocks,
         block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
         layers=args.layers, concurrency=args.max_running, speculative=args.speculative,
         executor=args.executor, check=not args.no_check, trace=args.trace,

@@ -73,13 +73,18 @@ def header_lines(z: Doc) -> list[str]:
         f"({_bytes(z['host_pool_bytes'])}), {z['block_tokens']} tokens/block, "
         f"{z['row_bytes']} B/row, {z['layers']} layers (index leaders {leaders}), "
         f"top-K {z['top_k']}, {z['hot_rows']} hot rows/request, max running "
-        f"{z['max_running']}, speculative {z['speculative']}, executor {z['executor']}",
+        f"{z['max_running']}, speculative {z['speculative']}, abort rate "
+        f"{z.get('abort_rate', 0)}/step, executor {z['executor']}",
     ]
 
 
 def result_lines(doc: Doc) -> list[str]:
     """What the run did, each figure with its unit."""
     r = doc.get("rates") or rates(doc)
+    checks = (
+        f"invariants checked after each of {doc['invariant_checks']:,} protocol actions"
+        if doc["sizes"].get("check", True) else "invariant checks off (--no-check)"
+    )
     out = [
         f"steps        {doc['steps']:,} decode steps, {doc['decoded_tokens']:,} tokens decoded "
         f"({r['tokens_per_step']:.2f} tokens/step)",
@@ -100,8 +105,8 @@ def result_lines(doc: Doc) -> list[str]:
         f"occupancy    GPU pool mean {_pct(r['gpu_occupancy_mean'])}, peak "
         f"{_pct(r['gpu_occupancy_peak'])}; host pool mean {_pct(r['host_occupancy_mean'])}, "
         f"peak {_pct(r['host_occupancy_peak'])}",
-        f"checks       invariants checked after {doc['invariant_checks']:,} protocol actions; "
-        f"{doc['violations']:,} violations, {doc['data_mismatches']:,} data mismatches",
+        f"checks       {checks}; {doc['violations']:,} violations, "
+        f"{doc['data_mismatches']:,} data mismatches (every returned row compared)",
     ]
     if doc.get("trace_steps") is not None:
         out.append(f"trace        {doc['trace_steps']:,} protocol steps recorded")

@@ -233,7 +233,7 @@ class Simulation:
             "block_tokens": o.block_tokens, "row_bytes": o.row_bytes, "top_k": o.top_k,
             "layers": o.layers, "index_leaders": list(c.leaders), "max_running": o.concurrency,
             "hot_rows": c.hot, "speculative": o.speculative, "executor": o.executor,
-            "seed": o.seed,
+            "seed": o.seed, "abort_rate": o.abort_rate, "check": o.check,
         }
 
     # -- workload -------------------------------------------------------------
