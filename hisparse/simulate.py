@@ -408,11 +408,18 @@ class Simulation:
         for _ in range(3):  # send what is left, land every copy, deliver every ack
             meta = self.sched.build_connector_meta()
             if meta is not None:
+                if self.metrics is not None:
+                    self.metrics.on_connector_meta(meta, self._t)
                 self.wconn.bind_connector_metadata(meta)
             self.executor.release()
             wmeta = self.wconn.get_worker_meta()
             if wmeta is not None:
+                if self.metrics is not None:
+                    self.metrics.on_worker_meta(wmeta, self._t)
                 self.sched.update_connector_output(wmeta)
+        if self.metrics is not None:
+            self.metrics.on_step(self.coordinator)
+            self.metrics.flush()
 
     def _done(self, nxt: int) -> bool:
         return nxt >= len(self.arrivals) and not self.running and not self.pending
