@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -473,7 +475,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _register_bench(sub: SubParsers) -> None:
     p = _sub(sub, "bench", "run a benchmark and print its figures")
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET",
-                               parser_class=_Parser)
+                               parser_class=_Parser,
+                               help="what to measure (hisparse bench TARGET --help)")
     for name, target in BENCH_TARGETS.items():
         t = _sub(targets, name, target.help)
         target.add_arguments(t)
@@ -505,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"hisparse {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser)
+                                parser_class=_Parser,
+                                help="what to run (hisparse COMMAND --help)")
     for register, _ in COMMANDS.values():
         register(sub)
     return parser
@@ -515,6 +519,23 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+@contextmanager
+def _scratch() -> Iterator[Path]:
+    """Every temporary folder of this run lives under one ``hisparse-*`` folder, which an
+    interrupt removes whole; otherwise it stays only if a failed check kept its logs."""
+    root = Path(tempfile.mkdtemp(prefix="hisparse-"))
+    before, tempfile.tempdir = tempfile.tempdir, str(root)
+    try:
+        yield root
+    except BaseException:  # KeyboardInterrupt, SystemExit from SIGTERM
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    finally:
+        tempfile.tempdir = before
+        if root.is_dir() and not any(root.iterdir()):
+            root.rmdir()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (0 ok, 1 violation, 2 error)."""
     args = build_parser().parse_args(argv)
@@ -522,11 +543,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
-        return COMMANDS[args.command][1](args)
+        with _scratch():
+            return COMMANDS[args.command][1](args)
     except TlcError as exc:
         return _err(str(exc))
     except KeyboardInterrupt:
-        print("hisparse: interrupted", file=sys.stderr)
+        print("hisparse: interrupted; temporary folders removed", file=sys.stderr)
         return 130
 
 
