@@ -1,8 +1,11 @@
 """``hisparse bench TARGET``: one subcommand per benchmark.
 
 A target is a ``BenchTarget`` in ``TARGETS``: a help line, the flags it takes, and a
-``main`` that runs it, prints its figures and returns the JSON document. Adding a target
-is a module with those two functions and one line here.
+``main`` that runs it, prints its figures and returns the JSON document (``--json`` is
+added to every target and written by the CLI). Adding a target is a module with those
+two functions and one line here, e.g.::
+
+    "churn": BenchTarget("...", churn.add_arguments, churn.main),
 """
 
 from __future__ import annotations
