@@ -485,8 +485,10 @@ def _register_bench(sub: SubParsers) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    print(f"bench {args.target}: running ...", file=sys.stderr, flush=True)
     try:
-        doc = BENCH_TARGETS[args.target].main(args)
+        with ticking(f"bench {args.target}"):
+            doc = BENCH_TARGETS[args.target].main(args)
     except ExecutorError as exc:  # CudaUnavailable: no CuPy / GPU
         return _err(str(exc))
     _write_json(args.json, doc)
