@@ -400,6 +400,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from hisparse.report import (
         ReportError,
         check_plot_available,
+        dumps,
         header_lines,
         plot,
         result_lines,
@@ -437,7 +438,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     doc = report_json(rep)
     for line in result_lines(doc):
         print(line)
-    _write_json(args.json, doc)
+    if args.json is not None:
+        args.json.write_text(dumps(doc))
     if args.plot is not None:
         plot(doc, args.plot)
         print(f"plot: {args.plot}")

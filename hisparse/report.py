@@ -165,6 +165,17 @@ def plot(doc: Doc, path: Path) -> None:
     plt.close(fig)
 
 
+def dumps(doc: Doc) -> str:
+    """The run as JSON: indented, but each per-step series on one line (files stay small)."""
+    import json
+
+    body = json.dumps({k: v for k, v in doc.items() if k != "series"}, indent=2)
+    if "series" not in doc:
+        return body + "\n"
+    cols = ",\n".join(f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in doc["series"].items())
+    return body[:-2] + ',\n  "series": {\n' + cols + "\n  }\n}\n"
+
+
 REQUIRED = ("sizes", "series", "steps", "resident_hits", "hot_hits", "misses", "notes")
 
 
