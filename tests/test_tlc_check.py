@@ -49,6 +49,10 @@ def test_check_ci_model_passes(tlc: TlcInstall, tmp_path: Path) -> None:
     assert report["tlc_version"].startswith("2.18")
     assert report["model"] == "ci" and report["injected"] is None
     assert len(report["runs"]) >= 1 and all(r["result"] == "ok" for r in report["runs"])
+    # progress: each TLC run is named when it starts and when it ends
+    for run in report["runs"]:
+        assert f"TLC {run['module']}/{run['cfg']} ..." in text, text
+        assert f"TLC {run['module']}/{run['cfg']}: ok," in text, text
 
 
 @pytest.mark.tlc
