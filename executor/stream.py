@@ -32,11 +32,15 @@ class SpillStream:
     def __init__(self) -> None:
         self._queued: dict[int, list[QueuedCopy]] = {}  # insertion order = stream order
         self._landed: list[int] = []
+        # (pool identity, destination block) -> transfer ID queued into it: a collision
+        # check costs O(1), not O(copies in flight)
+        self._into: dict[tuple[int, int], int] = {}
 
     def push(self, transfer_id: int, copy: QueuedCopy) -> None:
         """Queue ``copy`` under ``transfer_id``; refuse collisions before queueing anything."""
         self.check(transfer_id, copy.host, copy.dst_block)
         self._queued.setdefault(transfer_id, []).append(copy)
+        self._into[(id(copy.host), copy.dst_block)] = transfer_id
 
     def check(self, transfer_id: int, host: NDArray[np.uint8], dst_block: int) -> None:
         """Raise ``BadTransfer`` if a copy under ``transfer_id`` into ``dst_block`` of pool
@@ -60,10 +64,7 @@ class SpillStream:
 
     def pending_into(self, host: NDArray[np.uint8], block: int) -> int | None:
         """Transfer ID of the queued copy into ``block`` of pool ``host``, if any."""
-        for tid, copies in self._queued.items():
-            if any(c.host is host and c.dst_block == block for c in copies):
-                return tid
-        return None
+        return self._into.get((id(host), block))
 
     def queued(self) -> list[int]:
         """Transfer IDs queued and not yet released, oldest first."""
@@ -90,6 +91,7 @@ class SpillStream:
             raise ValueError(f"cannot release {count} of {len(self._queued)} queued transfers")
         for tid in list(self._queued)[:count]:
             for c in self._queued.pop(tid):
+                del self._into[(id(c.host), c.dst_block)]
                 rows = c.data.shape[0]
                 c.host[c.dst_block * rows : (c.dst_block + 1) * rows] = c.data
             self._landed.append(tid)

@@ -1,20 +1,39 @@
 """The ``hisparse`` command line.
 
-Each subcommand is a ``(register, handler)`` pair in ``COMMANDS`` so later ones
-(``simulate``, ``bench``) slot in without touching the others.
+Each subcommand is a ``(register, handler)`` pair in ``COMMANDS``; every flag has help
+text and a shown default, and every number and path is checked while parsing
+(``hisparse.cliargs``), so bad input exits 2 with one line before any work starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import signal
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, NoReturn
 
-from hisparse import docs
+from hisparse import __version__, docs
+from hisparse.bench.cli import TARGETS as BENCH_TARGETS
 from hisparse.bugs import BUGS
+from hisparse.cliargs import (
+    in_file,
+    nonneg_int,
+    out_path,
+    port,
+    positive_float,
+    positive_int,
+    probability,
+    workers,
+)
 from hisparse.executor.errors import ExecutorError
 from hisparse.spec.trace import TraceFormatError
 from hisparse.tlc import (
@@ -31,21 +50,96 @@ from hisparse.tracecheck import TraceCheckResult, check_traces
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
 _EXIT_FOR = {"ok": EXIT_OK, "violation": EXIT_VIOLATION, "error": EXIT_ERROR}
 
+DESCRIPTION = """\
+HiSparse: sparse-attention KV offload. Simulate a decode workload through the whole
+system (coordinator, connector, worker, executor), model-check the protocol's TLA+ spec
+with TLC, validate recorded traces against it, and benchmark its parts."""
+
+EPILOG = """\
+exit status:
+  0  ok (for check --inject: the injected bug was caught by the expected check)
+  1  violation: TLC, a trace check or a simulation found a protocol violation or wrong
+     bytes (for check --inject: the expected check did not catch the bug)
+  2  error: bad arguments or files, TLC missing, a model that does not parse, ...
+  130/143  interrupted (Ctrl-C / SIGTERM); temporary folders are removed"""
+
 Handler = Callable[[argparse.Namespace], int]
+SubParsers = argparse._SubParsersAction
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Show each flag's default (unless it has none) and keep the epilog's layout."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        absent = action.default in (None, False, argparse.SUPPRESS)
+        if absent or "%(default)" in text or not action.option_strings:
+            return text
+        default = action.default
+        if isinstance(default, tuple):
+            default = ",".join(str(x) for x in default)
+        return f"{text} (default: {default})"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors are one line on stderr (``hisparse CMD: error: ...``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _sub(sub: SubParsers, name: str, help: str, **kw: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=kw.pop("description", help), epilog=EPILOG,
+        formatter_class=_Formatter, **kw,
+    )
+    return p
+
+
+def _err(message: str) -> int:
+    print(f"hisparse: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+@contextmanager
+def ticking(label: str, every: float = 10.0) -> Iterator[None]:
+    """Say on stderr, every ``every`` seconds, that ``label`` is still running."""
+    done = threading.Event()
+    start = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every):
+            print(f"  {label}: still running ({time.monotonic() - start:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _progress(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
 
 
 # --- setup -------------------------------------------------------------------------------
 
 
-def _register_setup(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    sub.add_parser("setup", help="fetch and verify the pinned TLC jar (Maven)")
+def _register_setup(sub: SubParsers) -> None:
+    _sub(sub, "setup", "fetch and verify the pinned TLC jar (Maven)")
 
 
 def _cmd_setup(args: argparse.Namespace) -> int:
-    install = ensure_tlc()
+    print(f"setup: fetching or verifying {ARTIFACT} ...", file=sys.stderr, flush=True)
+    with ticking("setup"):
+        install = ensure_tlc()
+        version = probe_version(install)
     print(f"artifact  {ARTIFACT}")
     print(f"jar       {install.jar}")
-    print(f"version   {probe_version(install)}")
+    print(f"version   {version}")
     print(f"sha256    {install.sha256} (verified)")
     return EXIT_OK
 
@@ -53,25 +147,23 @@ def _cmd_setup(args: argparse.Namespace) -> int:
 # --- check -------------------------------------------------------------------------------
 
 
-def _register_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("check", help="model-check the TLA+ spec with TLC")
-    p.add_argument("--model", choices=MODELS, default="ci", help="model size (default: ci)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="write the report as JSON")
+def _register_check(sub: SubParsers) -> None:
+    p = _sub(sub, "check", "model-check the TLA+ spec with TLC, or validate traces")
+    p.add_argument("--model", choices=MODELS, default="ci",
+                   help="model size: small (seconds), ci (what CI runs), deep (long)")
+    p.add_argument("--json", type=out_path, metavar="PATH", help="write the report as JSON")
     p.add_argument(
-        "--inject",
-        metavar="NAME",
-        choices=[b.name for b in BUGS],
-        help="turn on an injected bug and check that TLC catches it",
+        "--inject", metavar="NAME", choices=[b.name for b in BUGS],
+        help="turn on an injected bug and check that TLC catches it by the expected name "
+        "(exit 0 when it does); see --list-bugs",
     )
     p.add_argument("--list-bugs", action="store_true", help="list injectable bugs and exit")
-    p.add_argument("--workers", default="auto", help="TLC worker threads (default: auto)")
+    p.add_argument("--workers", type=workers, default="auto",
+                   help="TLC worker threads: auto or a positive integer")
     p.add_argument("--verbose", "-v", action="store_true", help="stream TLC output to stderr")
     p.add_argument("--keep", action="store_true", help="keep the scratch dir even on success")
     p.add_argument(
-        "--trace",
-        nargs="+",
-        type=Path,
-        metavar="FILE",
+        "--trace", nargs="+", type=in_file, metavar="FILE",
         help="validate JSON Lines traces against the spec instead of exploring a model",
     )
 
@@ -91,7 +183,8 @@ def _print_report(r: CheckReport) -> None:
     row("tlc", r.tlc_version or "?")
     row("violated", ", ".join(r.violated) or "-")
     if r.injected is not None:
-        row("caught", "yes" if r.caught_expected else "NO: the expected check did not fire")
+        row("caught", "yes, as expected" if r.caught_expected
+            else "NO: the expected check did not fire")
     print("runs:")
     for run in r.runs:
         name = f"{run.module}/{run.cfg}"
@@ -101,6 +194,11 @@ def _print_report(r: CheckReport) -> None:
         )
         caught = f"  violated {', '.join(run.violated)}" if run.violated else ""
         print(f"  {name:<40} {run.result:<9} {figures}{caught}")
+    for run in r.runs:
+        if run.counterexample:
+            print(f"counterexample ({run.module}/{run.cfg}), last states:")
+            for state in run.counterexample:
+                print("  " + state.replace("\n", "\n  "))
     if r.workdir:
         print(f"logs: {r.workdir}")
 
@@ -130,16 +228,15 @@ def _print_trace_result(r: TraceCheckResult) -> None:
 
 def _cmd_check_traces(args: argparse.Namespace) -> int:
     if args.inject or args.list_bugs:
-        print(
-            "hisparse: error: --trace cannot be combined with --inject/--list-bugs", file=sys.stderr
-        )
-        return EXIT_ERROR
+        return _err("--trace cannot be combined with --inject/--list-bugs")
+    print(f"check: replaying {len(args.trace)} trace(s) through TLC ...", file=sys.stderr,
+          flush=True)
     try:
-        result = check_traces(args.trace, keep=args.keep)
+        with ticking("check --trace"):
+            result = check_traces(args.trace, keep=args.keep)
     except (TlcError, TraceFormatError) as exc:
         _write_json(args.json, {"result": "error", "reason": str(exc)})
-        print(f"hisparse: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return _err(str(exc))
     _print_trace_result(result)
     _write_json(args.json, result.to_json())
     return EXIT_OK if result.accepted else EXIT_VIOLATION
@@ -154,42 +251,45 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for b in BUGS:
             print(f"{b.name:<{width}}  {b.catches:<{cwidth}}  {b.summary}")
         return EXIT_OK
-    workers: int | str = int(args.workers) if str(args.workers).isdigit() else args.workers
+    what = f"model {args.model}" + (f" with bug {args.inject}" if args.inject else "")
+    print(f"check: {what}", file=sys.stderr, flush=True)
     try:
-        report = check_model(
-            args.model, inject=args.inject, workers=workers, echo=args.verbose, keep=args.keep
-        )
+        with ticking("check"):
+            report = check_model(
+                args.model, inject=args.inject, workers=args.workers, echo=args.verbose,
+                keep=args.keep, progress=_progress,
+            )
     except TlcError as exc:
-        if args.json is not None:  # CI reads the file: an error must leave one too
-            doc = {
-                "result": "error",
-                "reason": str(exc),
-                "model": args.model,
-                "injected": args.inject,
-            }
-            args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        # CI reads the file: an error must leave one too
+        _write_json(args.json, {"result": "error", "reason": str(exc), "model": args.model,
+                                "injected": args.inject})
         raise
     _print_report(report)
-    if args.json is not None:
-        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    _write_json(args.json, report.to_json())
+    if args.inject:
+        return EXIT_OK if report.caught_expected else EXIT_VIOLATION
     return _EXIT_FOR[report.result]
 
 
 # --- docs --------------------------------------------------------------------------------
 
 
-def _register_docs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("docs", help="regenerate docs/ files derived from the code")
+def _register_docs(sub: SubParsers) -> None:
+    p = _sub(sub, "docs", "regenerate docs/ files derived from the code (in a checkout)")
     p.add_argument("--check", action="store_true", help="only report stale files (exit 1)")
 
 
 def _cmd_docs(args: argparse.Namespace) -> int:
+    root = docs.checkout_root()
+    if root is None:
+        return _err("hisparse docs writes into a source checkout; this hisparse is installed "
+                    "from a wheel (run it from `pip install -e .` in a clone)")
     if args.check:
-        stale = docs.stale()
+        stale = docs.stale(root)
         for rel in stale:
             print(f"stale: {rel}")
         return EXIT_VIOLATION if stale else EXIT_OK
-    for rel in docs.write():
+    for rel in docs.write(root):
         print(f"wrote {rel}")
     return EXIT_OK
 
@@ -197,153 +297,224 @@ def _cmd_docs(args: argparse.Namespace) -> int:
 # --- simulate ----------------------------------------------------------------------------
 
 
-def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from hisparse.simulate import SimulateOptions
+def _register_simulate(sub: SubParsers) -> None:
+    from hisparse.simulate import DEFAULT_MOONCAKE, EXECUTORS, SimulateOptions
+    from hisparse.workload import WORKLOADS
 
     d = SimulateOptions()
-    p = sub.add_parser("simulate", help="run the synthetic decode workload end to end")
-    p.add_argument("--executor", choices=["reference", "cuda"], default="reference",
-                   help="reference (NumPy, runs anywhere) or cuda (CuPy, NVIDIA GPU)")
-    p.add_argument("--requests", type=int, default=d.requests)
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--speculative", type=int, default=d.speculative,
+    p = _sub(sub, "simulate", "run a decode workload through the whole system",
+             description="Run a decode workload (synthetic, or the Mooncake trace replayed) "
+             "through coordinator, connector, worker and executor; print the sizes, then "
+             "rates with units.")
+    w = p.add_argument_group("workload")
+    w.add_argument("--workload", choices=WORKLOADS, default=d.workload,
+                   help="synthetic requests, or a Mooncake trace (PATH)")
+    w.add_argument("path", nargs="?", type=in_file, metavar="PATH",
+                   help=f"the Mooncake trace (JSON Lines); default {DEFAULT_MOONCAKE}")
+    w.add_argument("--requests", type=positive_int, default=d.requests,
+                   help="synthetic: requests to generate; mooncake: the first N of the trace")
+    w.add_argument("--steps", type=positive_int, default=d.steps,
+                   help="at most this many decode steps (the run ends when all is done)")
+    w.add_argument("--seed", type=nonneg_int, default=d.seed,
+                   help="seed of the workload, top-K draws, aborts and ack timing")
+    w.add_argument("--arrival-rate", type=positive_float, default=d.arrival_rate,
+                   help="synthetic: mean arrivals per step")
+    w.add_argument("--time-compression", type=positive_float, default=d.time_compression,
+                   help="mooncake: trace time runs this many times faster (one step is "
+                   "30 ms of compressed trace time)")
+    w.add_argument("--max-decode", type=positive_int, default=None,
+                   help="mooncake: cap on decode steps per request (unset: as traced)")
+    w.add_argument("--abort-rate", type=probability, default=None,
+                   help="chance per step that a running request is aborted (default: "
+                   f"{d.abort_rate} synthetic, 0 mooncake: the trace has no aborts)")
+    z = p.add_argument_group("sizes")
+    z.add_argument("--gpu-blocks", type=positive_int, default=d.gpu_blocks,
+                   help="GPU KV blocks in the pool")
+    host = z.add_mutually_exclusive_group()
+    host.add_argument("--host-blocks", type=positive_int, default=d.host_blocks,
+                      help="host blocks in the pool")
+    host.add_argument("--host-gib", type=positive_float, default=None,
+                      help="host pool in GiB, rounded down to whole blocks (overrides "
+                      "--host-blocks)")
+    z.add_argument("--block-tokens", type=positive_int, default=d.block_tokens,
+                   help="tokens per KV block (mooncake: must divide 512)")
+    z.add_argument("--row-bytes", type=positive_int, default=d.row_bytes,
+                   help="bytes per KV row per layer (multiple of 16; DeepSeek-V3.2: 656)")
+    z.add_argument("--top-k", type=positive_int, default=d.top_k,
+                   help="positions attended per decode step")
+    z.add_argument("--layers", type=positive_int, default=d.layers,
+                   help="layers (layer 1 shares layer 0's indexer)")
+    z.add_argument("--max-running", type=positive_int, default=d.concurrency,
+                   help="requests decoding at once (hot-state slots)")
+    z.add_argument("--speculative", type=nonneg_int, default=d.speculative,
                    help="extra verification steps resolved per request per decode")
-    p.add_argument("--json", type=Path, metavar="PATH", help="write the figures as JSON")
-    p.add_argument("--trace", type=Path, metavar="PATH",
+    r = p.add_argument_group("run and output")
+    r.add_argument("--executor", choices=EXECUTORS, default=d.executor,
+                   help="reference (NumPy, runs anywhere) or cuda (CuPy, NVIDIA GPU)")
+    r.add_argument("--no-check", action="store_true",
+                   help="skip the invariant checks after every protocol action (faster)")
+    r.add_argument("--json", type=out_path, metavar="PATH",
+                   help="write the figures, rates and per-step series as JSON")
+    r.add_argument("--plot", type=out_path, metavar="PATH",
+                   help="write a PNG of occupancy, hit rates, bytes and requests per step")
+    r.add_argument("--trace", type=out_path, metavar="PATH",
                    help="record the protocol trace (for hisparse check --trace)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--metrics-port", type=port, default=None, metavar="PORT",
+                   help="serve Prometheus metrics on 127.0.0.1:PORT during the run (0: any)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _simulate_options(args: argparse.Namespace) -> Any:
+    from hisparse.config import GIB
+    from hisparse.simulate import DEFAULT_MOONCAKE, SimulateOptions
+
+    path = args.path
+    if args.workload == "mooncake" and path is None:
+        path = in_file(str(DEFAULT_MOONCAKE))
+    elif args.workload == "synthetic" and path is not None:
+        raise argparse.ArgumentTypeError("PATH is only for --workload mooncake")
+    d = SimulateOptions()
+    block_bytes = args.block_tokens * args.row_bytes * args.layers
+    host_blocks = args.host_blocks
+    if args.host_gib is not None:
+        host_blocks = int(args.host_gib * GIB) // block_bytes
+        if host_blocks < 1:
+            raise argparse.ArgumentTypeError(
+                f"--host-gib {args.host_gib} holds no whole {block_bytes}-byte host block")
+    return SimulateOptions(
+        requests=args.requests, steps=args.steps, seed=args.seed, workload=args.workload,
+        workload_path=path, arrival_rate=args.arrival_rate,
+        time_compression=args.time_compression, max_decode=args.max_decode,
+        abort_rate=args.abort_rate if args.abort_rate is not None
+        else d.abort_rate if args.workload == "synthetic" else 0.0,
+        gpu_blocks=args.gpu_blocks, host_blocks=host_blocks,
+        block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
+        layers=args.layers, concurrency=args.max_running, speculative=args.speculative,
+        executor=args.executor, check=not args.no_check, trace=args.trace,
+    )
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from hisparse.simulate import SimulateOptions, report_json, simulate
+    from pydantic import ValidationError
 
-    opts = SimulateOptions(
-        requests=args.requests, steps=args.steps, seed=args.seed,
-        speculative=args.speculative, trace=args.trace, executor=args.executor,
+    from hisparse.report import (
+        ReportError,
+        check_plot_available,
+        dumps,
+        header_lines,
+        plot,
+        result_lines,
     )
+    from hisparse.simulate import Simulation, report_json
+    from hisparse.workload import WorkloadError
+
+    metrics = None
+    try:  # everything that can be refused is refused here, before the run
+        opts = _simulate_options(args)
+        if args.plot is not None:
+            check_plot_available()
+        sim = Simulation(opts)
+        if args.metrics_port is not None:
+            from hisparse.metrics import HiSparseMetrics
+
+            metrics = sim.metrics = HiSparseMetrics(sim.config)
+            bound = metrics.serve(args.metrics_port)
+            print(f"metrics: http://127.0.0.1:{bound}/metrics", file=sys.stderr, flush=True)
+    except argparse.ArgumentTypeError as exc:
+        return _err(str(exc))
+    except ValidationError as exc:
+        return _err("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()))
+    except (WorkloadError, ReportError, ExecutorError, ValueError, RuntimeError) as exc:
+        return _err(str(exc))  # bad trace, no matplotlib/prometheus, no CuPy or GPU
+    for line in header_lines(sim.report.sizes):
+        print(line, flush=True)
+    start = time.monotonic()
     try:
-        rep = simulate(opts, progress=not args.no_progress)
-    except ExecutorError as exc:  # CudaUnavailable: no CuPy / GPU; config errors
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        rep = sim.run(progress=not args.no_progress)
+    finally:
+        if metrics is not None:
+            metrics.close()
+    print(f"ran in {time.monotonic() - start:.1f} s", file=sys.stderr)
     doc = report_json(rep)
-    for key, value in doc.items():
-        if key != "notes":
-            print(f"{key:<17} {value:,}" if isinstance(value, int) else f"{key:<17} {value}")
-    for note in rep.notes:
-        print(f"note: {note}")
+    for line in result_lines(doc):
+        print(line)
     if args.json is not None:
-        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        args.json.write_text(dumps(doc))
+    if args.plot is not None:
+        plot(doc, args.plot)
+        print(f"plot: {args.plot}")
     return EXIT_OK if rep.violations == 0 and rep.data_mismatches == 0 else EXIT_VIOLATION
+
+
+# --- report ------------------------------------------------------------------------------
+
+
+def _register_report(sub: SubParsers) -> None:
+    p = _sub(sub, "report", "print (and plot) a saved hisparse simulate --json run")
+    p.add_argument("run", type=in_file, metavar="RUN.json", help="a simulate --json file")
+    p.add_argument("--plot", type=out_path, metavar="PATH", help="write the run's PNG")
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from hisparse.report import ReportError, check_plot_available, lines, load, plot
+
+    try:
+        doc = load(args.run)
+        if args.plot is not None:
+            check_plot_available()
+    except ReportError as exc:
+        return _err(str(exc))
+    for line in lines(doc):
+        print(line)
+    if args.plot is not None:
+        plot(doc, args.plot)
+        print(f"plot: {args.plot}")
+    return EXIT_OK
 
 
 # --- bench -------------------------------------------------------------------------------
 
 
-def _register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("bench", help="run a benchmark and print its figures")
-    p.add_argument("target", choices=["protocol", "coordinator", "resolver", "spill", "engine"],
-                   help="what to measure (resolver, spill and engine need an NVIDIA GPU)")
-    p.add_argument("--lifecycles", type=int, default=5000, help="spill lifecycles to time")
-    p.add_argument(
-        "--requests", type=int, default=256, help="running requests held resident"
-    )
-    p.add_argument("--json", type=Path, metavar="PATH", help="write the figures as JSON")
-    p.add_argument("--reps", type=int, default=100, help="timed repetitions (GPU targets)")
-    p.add_argument("--batches", default="1,10,100,256", help="resolver batch sizes")
-    p.add_argument("--miss-rates", default="0.001,0.2", help="resolver miss rates")
-    p.add_argument("--no-torch", action="store_true", help="skip the unfused torch baseline")
-    p.add_argument("--no-flush", action="store_true",
-                   help="do not flush L2 between repetitions (warm caches)")
-
-
-def _cmd_bench_gpu(args: argparse.Namespace) -> int:
-    if args.target == "engine":  # prints as it goes; the plot goes beside the JSON
-        from hisparse.bench import engine
-
-        doc = engine.run()
-        if args.json is not None:
-            engine.plot(doc, str(args.json.with_suffix(".png")))
-    elif args.target == "resolver":
-        from hisparse.bench import resolver
-
-        doc = resolver.run(
-            batches=tuple(int(b) for b in args.batches.split(",")),
-            miss_rates=tuple(float(m) for m in args.miss_rates.split(",")),
-            reps=args.reps, with_torch=not args.no_torch, flush_l2=not args.no_flush,
-        )
-        print(f"{doc['environment']}\nbulk H2D {doc['bulk_h2d']['GBps']:.1f} GB/s")
-        for s in doc["shapes"]:
-            torch = (f" torch {s['torch_us']:9.1f} µs ({s['speedup_vs_torch']:5.1f}x,"
-                     f" agrees={s['torch_agrees']})" if "torch_us" in s else "")
-            print(f"B={s['batch']:<4} miss={s['miss_rate']:<6} fused {s['fused_us']:8.1f} µs "
-                  f"{s['fused_GBps']:6.1f} GB/s | gather {s['gather_us']:8.1f} µs "
-                  f"({s['fraction_of_gather']:.0%} of it){torch}")
-            print("       phases (block 0, µs): " + ", ".join(
-                f"{k} {v:.1f}" for k, v in s["phases_us"].items()))
-    else:
-        from hisparse.bench import spill
-
-        doc = spill.run(reps=args.reps)
-        print(doc["environment"])
-        for s in doc["shapes"]:
-            print(f"{s['blocks']:5} blocks {s['bytes'] / 1e6:7.1f} MB: spill {s['spill_GBps']:5.1f}"
-                  f" GB/s, bulk D2H {s['bulk_d2h_GBps']:5.1f} GB/s "
-                  f"({s['fraction_of_bulk']:.0%}); "
-                  f"per-block memcpy {s['memcpy_per_block_us']:.0f} µs")
-    if args.json is not None:
-        args.json.write_text(json.dumps(doc, indent=2) + "\n")
-    return EXIT_OK
+def _register_bench(sub: SubParsers) -> None:
+    p = _sub(sub, "bench", "run a benchmark and print its figures")
+    targets = p.add_subparsers(dest="target", required=True, metavar="TARGET",
+                               parser_class=_Parser,
+                               help="what to measure (hisparse bench TARGET --help)")
+    for name, target in BENCH_TARGETS.items():
+        t = _sub(targets, name, target.help)
+        target.add_arguments(t)
+        t.add_argument("--json", type=out_path, metavar="PATH", help="write the figures as JSON")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from hisparse.bench import coordinator, protocol
-
-    if args.target in ("resolver", "spill", "engine"):
-        try:
-            return _cmd_bench_gpu(args)
-        except ExecutorError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-    if args.target == "coordinator":
-        doc = coordinator.run(running=args.requests)
-        for mode in ("check_off", "check_on"):
-            f = doc[mode]
-            print(f"invariants {mode.replace('_', ' ')}: spill lifecycle "
-                  f"{f['spill_lifecycle_us']:.1f} µs, idle decode step {f['idle_step_us']:.2f} µs"
-                  f" ({doc['running_requests']} running requests)")
-        if args.json is not None:
-            args.json.write_text(json.dumps(doc, indent=2) + "\n")
-        return EXIT_OK
-
-    figures = protocol.run(args.lifecycles, args.requests)
-    for mode in ("check_off", "check_on"):
-        per = figures[f"per_action_us_{mode}"]
-        print(f"per action, invariants {mode.replace('_', ' ')} (µs):")
-        for name, us in per.items():
-            print(f"  {name:<15} {us:9.2f}")
-        print(f"  {'lifecycle':<15} {figures[f'lifecycle_us_{mode}']:9.2f}")
-    print(f"transitions trigger   {figures['transitions_trigger_us']:.2f} µs")
-    print(f"compiled table lookup {figures['compiled_table_us']:.3f} µs")
-    if args.json is not None:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"bench {args.target}: running ...", file=sys.stderr, flush=True)
+    try:
+        with ticking(f"bench {args.target}"):
+            doc = BENCH_TARGETS[args.target].main(args)
+    except ExecutorError as exc:  # CudaUnavailable: no CuPy / GPU
+        return _err(str(exc))
+    _write_json(args.json, doc)
     return EXIT_OK
 
 
-COMMANDS: dict[str, tuple[Callable[..., None], Handler]] = {
+COMMANDS: dict[str, tuple[Callable[[SubParsers], None], Handler]] = {
     "setup": (_register_setup, _cmd_setup),
     "check": (_register_check, _cmd_check),
-    "docs": (_register_docs, _cmd_docs),
-    "bench": (_register_bench, _cmd_bench),
     "simulate": (_register_simulate, _cmd_simulate),
+    "report": (_register_report, _cmd_report),
+    "bench": (_register_bench, _cmd_bench),
+    "docs": (_register_docs, _cmd_docs),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full parser; subcommands come from ``COMMANDS``."""
-    parser = argparse.ArgumentParser(prog="hisparse", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="hisparse", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"hisparse {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser,
+                                help="what to run (hisparse COMMAND --help)")
     for register, _ in COMMANDS.values():
         register(sub)
     return parser
@@ -353,16 +524,40 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+@contextmanager
+def _scratch() -> Iterator[Path]:
+    """Every temporary folder of this run lives under one ``hisparse-*`` folder, which an
+    interrupt removes whole; otherwise it stays only if a failed check kept its logs."""
+    root = Path(tempfile.mkdtemp(prefix="hisparse-"))
+    before, tempfile.tempdir = tempfile.tempdir, str(root)
+    try:
+        yield root
+    except BaseException:  # KeyboardInterrupt, SystemExit from SIGTERM
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    finally:
+        tempfile.tempdir = before
+        if root.is_dir() and not any(root.iterdir()):
+            root.rmdir()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (0 ok, 1 violation, 2 error)."""
     args = build_parser().parse_args(argv)
     # SIGTERM (CI timeouts, `timeout`) unwinds like Ctrl-C so running TLC jobs are stopped.
-    signal.signal(signal.SIGTERM, _terminate)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
-        return COMMANDS[args.command][1](args)
+        with _scratch():
+            return COMMANDS[args.command][1](args)
     except TlcError as exc:
-        print(f"hisparse: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return _err(str(exc))
+    except KeyboardInterrupt:
+        print("hisparse: interrupted; temporary folders removed", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `hisparse ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

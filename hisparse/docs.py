@@ -12,7 +12,9 @@ from pathlib import Path
 
 from hisparse.spec.lifecycle import mermaid_document
 from hisparse.spec.trace import trace_json_schema
-from hisparse.tlc.paths import repo_root
+from hisparse.tlc.paths import checkout_root, repo_root
+
+__all__ = ["GENERATED", "checkout_root", "repo_root", "stale", "write"]
 
 
 def _schema() -> str:

@@ -1,11 +1,11 @@
-"""``hisparse simulate``: a synthetic DeepSeek-V3.2-like decode workload, end to end.
+"""``hisparse simulate``: a decode workload through the whole system, end to end.
 
-Requests (some sharing prefixes) arrive, prefill, decode with top-K drawn with
-locality, get spilled under GPU pool pressure, finish or abort at any moment.
-Every step runs coordinator → connector → worker → executor and back, with the
-worker's acks delayed and batched at random. Every row the resolver returns is
-compared with the bytes the simulator wrote for that (page content, layer,
-position): ``data_mismatches`` must be 0.
+Requests (synthetic ones sharing a few prefixes, or the Mooncake trace's real arrivals,
+lengths and shared prefixes) arrive, prefill, decode with top-K drawn with locality,
+get spilled under GPU pool pressure, finish or abort at any moment. Every step runs
+coordinator → connector → worker → executor and back, with the worker's acks delayed
+and batched at random. Every row the resolver returns is compared with the bytes the
+simulator wrote for that (page content, layer, position): ``data_mismatches`` must be 0.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,15 +27,33 @@ from hisparse.executor.reference import ReferenceExecutor
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META
 from hisparse.worker import DecodeResult, HiSparseWorker
+from hisparse.workload import (
+    Arrival,
+    MooncakeShape,
+    SyntheticShape,
+    WorkloadError,
+    mooncake,
+    synthetic,
+)
+
+if TYPE_CHECKING:
+    from hisparse.metrics import HiSparseMetrics
+
+DEFAULT_MOONCAKE = Path("../shared/workloads/mooncake/conversation_trace.jsonl")
 
 
 @dataclass(frozen=True)
 class SimulateOptions:
-    """The workload's shape; defaults finish in well under a minute on 2 cores."""
+    """The workload's shape and the system's sizes; defaults finish in seconds on 2 cores."""
 
-    requests: int = 64
-    steps: int = 400
+    requests: int = 64  # synthetic: how many; mooncake: the first N of the trace
+    steps: int = 400  # at most this many decode steps (the run ends early when all is done)
     seed: int = 0
+    workload: str = "synthetic"  # or "mooncake"
+    workload_path: Path | None = None  # the Mooncake trace (JSON Lines)
+    arrival_rate: float = 0.24  # synthetic: mean arrivals per step
+    time_compression: float = 1.0  # mooncake: trace time runs this many times faster
+    max_decode: int | None = None  # mooncake: cap on decode steps per request
     layers: int = 3  # layer 1 follows layer 0's indexer
     top_k: int = 128
     block_tokens: int = 32
@@ -47,11 +65,15 @@ class SimulateOptions:
     prefixes: int = 3
     prefix_pages: int = 3
     abort_rate: float = 0.03
-    concurrency: int = 12
+    concurrency: int = 12  # most requests running (decoding) at once
     speculative: int = 0  # extra verification steps resolved per request per decode
     check: bool = True
     trace: Path | None = None
     executor: str = "reference"  # or "cuda"
+
+    @property
+    def host_block_bytes(self) -> int:
+        return self.block_tokens * self.row_bytes * self.layers
 
 
 EXECUTORS = ("reference", "cuda")
@@ -72,42 +94,98 @@ def make_executor(
     raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
 
 
+def build_workload(o: SimulateOptions) -> list[Arrival]:
+    """The run's arrivals, before anything runs (a bad trace fails here)."""
+    if o.workload == "synthetic":
+        return synthetic(
+            SyntheticShape(
+                requests=o.requests, arrival_rate=o.arrival_rate, min_pages=o.min_pages,
+                max_pages=o.max_pages, prefixes=o.prefixes, prefix_pages=o.prefix_pages,
+            ),
+            o.seed,
+        )
+    if o.workload == "mooncake":
+        if o.workload_path is None:
+            raise WorkloadError("the mooncake workload needs the trace's path")
+        shape = MooncakeShape(o.requests, o.time_compression, o.block_tokens, o.max_decode)
+        return mooncake(o.workload_path, shape)
+    raise WorkloadError(f"unknown workload {o.workload!r}; choose synthetic or mooncake")
+
+
+# Per-step series in the JSON report (one value per step, in this order of columns).
+SERIES = (
+    "running", "waiting", "gpu_blocks_used", "host_blocks_used", "spills", "resident_hits",
+    "hot_hits", "misses", "h2d_bytes", "d2h_bytes", "decoded_tokens",
+)
+
+
 @dataclass
 class SimulateReport:
-    """The figures ``hisparse simulate --json`` writes."""
+    """The figures ``hisparse simulate --json`` writes (counts; rates are derived)."""
 
+    workload: str = "synthetic"
     steps: int = 0
-    requests: int = 0
+    requests: int = 0  # arrived
+    finished: int = 0  # ran to their last decode step
+    aborted: int = 0  # aborted while running (random aborts)
+    never_admitted: int = 0  # still waiting at the end of the run
+    too_large: int = 0  # of those: more pages than the whole GPU pool
+    still_running: int = 0  # cut off by the end of the run
+    not_arrived: int = 0  # due after the last step (--steps too small for the workload)
+    admissions_refused: int = 0  # admit() refused: GPU pool short, reclaim started
+    pages_admitted: int = 0
+    prefix_hits: int = 0  # pages served from published host pages at admission
     spills: int = 0
-    prefix_hits: int = 0
-    resident_hits: int = 0
+    resident_hits: int = 0  # top-K lookups, summed over leader layers
     hot_hits: int = 0
-    misses: int = 0
+    misses: int = 0  # served from the host tier (a host-to-device copy each)
+    decoded_tokens: int = 0  # one per running request per step
     h2d_bytes: int = 0
     d2h_bytes: int = 0
-    invariant_checks: int = 0
+    gpu_blocks: int = 0
+    host_blocks: int = 0
+    invariant_checks: int = 0  # protocol actions after which every invariant was checked
     violations: int = 0
     data_mismatches: int = 0
-    finished: int = 0
-    aborted: int = 0
-    trace_steps: int = 0
+    trace_steps: int | None = None  # only with --trace
+    sizes: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in SERIES})
     notes: list[str] = field(default_factory=list)
 
 
+def rows_of(
+    key_ids: NDArray[np.int64], layer: int, offsets: NDArray[np.int64], width: int
+) -> NDArray[np.uint8]:
+    """The bytes of KV rows [N, width]: an identifying header, then a derived pattern."""
+    n = key_ids.size
+    head = np.stack([key_ids, np.full(n, layer), offsets], axis=-1).astype(np.uint32)
+    cols = np.arange(width - 12, dtype=np.int64)
+    tail = (cols[None, :] * 31 + key_ids[:, None] * 7 + layer * 13 + offsets[:, None]) % 251
+    out: NDArray[np.uint8] = np.concatenate(
+        [head.view(np.uint8).reshape(n, 12), tail.astype(np.uint8)], axis=1
+    )
+    return out
+
+
 def row_bytes_of(key_id: int, layer: int, offset: int, width: int) -> NDArray[np.uint8]:
-    """The bytes of one KV row: an identifying header, then a derived pattern."""
-    head = np.array([key_id, layer, offset], dtype=np.uint32).view(np.uint8)
-    tail = (np.arange(width - head.size, dtype=np.uint32) * 31 + key_id * 7 + layer * 13 + offset)
-    return np.concatenate([head, (tail % 251).astype(np.uint8)])
+    """The bytes of one KV row (see ``rows_of``)."""
+    row: NDArray[np.uint8] = rows_of(np.array([key_id]), layer, np.array([offset]), width)[0]
+    return row
 
 
 class Simulation:
     """One seeded run; ``run()`` returns the report."""
 
-    def __init__(self, opts: SimulateOptions) -> None:
+    def __init__(
+        self,
+        opts: SimulateOptions,
+        arrivals: list[Arrival] | None = None,
+        metrics: HiSparseMetrics | None = None,
+    ) -> None:
         self.o = opts
+        self.arrivals = build_workload(opts) if arrivals is None else arrivals
         self.rng = random.Random(opts.seed)
-        block_bytes = opts.block_tokens * opts.row_bytes * opts.layers
+        block_bytes = opts.host_block_bytes
         leaders = tuple(0 if i == 1 else i for i in range(opts.layers))
         self.config = HiSparseConfig(
             host_pool_gib=(opts.host_blocks * block_bytes + block_bytes // 2) / GIB,
@@ -123,35 +201,67 @@ class Simulation:
             self.config, self.kv, gpu_blocks=opts.gpu_blocks,
             check=opts.check, record=opts.trace is not None,
         )
+        longest = max([opts.max_pages, *(len(a.page_keys) for a in self.arrivals)])
         self.executor = make_executor(
-            opts.executor, opts.top_k, opts.speculative + 1, opts.max_pages * opts.block_tokens
+            opts.executor, opts.top_k, opts.speculative + 1, longest * opts.block_tokens
         )
         self.worker = HiSparseWorker(
             self.config, self.executor, gpu_blocks=opts.gpu_blocks, slots=opts.concurrency
         )
         self.sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
         self.wconn = HiSparseConnector(KVConnectorRole.WORKER, worker=self.worker)
+        self.metrics = metrics
         self.keys: dict[str, int] = {}
+        self.pages: dict[str, NDArray[np.int64]] = {}  # request -> key id of each page
+        self.decode_steps: dict[str, int] = {}
         self.pending: list[str] = []
         self.running: dict[str, int] = {}  # request -> decode steps left
-        self.report = SimulateReport()
+        self.report = SimulateReport(
+            workload=opts.workload, gpu_blocks=opts.gpu_blocks,
+            host_blocks=self.config.host_blocks, sizes=self.sizes(),
+        )
+        self._t = 0
+
+    def sizes(self) -> dict[str, Any]:
+        """What the run was sized as (printed first)."""
+        o, c = self.o, self.config
+        return {
+            "workload": o.workload if o.workload_path is None
+            else f"{o.workload} {o.workload_path}",
+            "requests": len(self.arrivals), "gpu_blocks": o.gpu_blocks,
+            "host_blocks": c.host_blocks, "host_pool_bytes": c.host_pool_bytes,
+            "block_tokens": o.block_tokens, "row_bytes": o.row_bytes, "top_k": o.top_k,
+            "layers": o.layers, "index_leaders": list(c.leaders), "max_running": o.concurrency,
+            "hot_rows": c.hot, "speculative": o.speculative, "executor": o.executor,
+            "seed": o.seed, "abort_rate": o.abort_rate, "check": o.check,
+        }
 
     # -- workload -------------------------------------------------------------
 
     def _key_id(self, key: str) -> int:
         return self.keys.setdefault(key, len(self.keys))
 
+    def _arrive(self, a: Arrival) -> None:
+        self.report.requests += 1
+        if len(a.page_keys) > self.o.gpu_blocks:  # could never be admitted: say so
+            self.report.too_large += 1
+            self.report.never_admitted += 1
+            return
+        self.coordinator.add_request(a.request_id, a.page_keys)
+        self.pages[a.request_id] = np.array([self._key_id(k) for k in a.page_keys], np.int64)
+        self.decode_steps[a.request_id] = a.decode_steps
+        self.pending.append(a.request_id)
+
     def _new_request(self, i: int) -> None:
+        """One synthetic request drawn now (the stateful tests add requests one by one)."""
         o, r = self.o, f"req{i}"
         pages = self.rng.randint(o.min_pages, o.max_pages)
         shared = self.rng.randrange(o.prefixes + 1)  # o.prefixes = no shared prefix
-        keys = [
+        keys = tuple(
             f"pre{shared}:{j}" if shared < o.prefixes and j < o.prefix_pages else f"{r}:{j}"
             for j in range(pages)
-        ]
-        self.coordinator.add_request(r, keys)
-        self.pending.append(r)
-        self.report.requests += 1
+        )
+        self._arrive(Arrival(self._t, r, keys, self.rng.randint(5, 40)))
 
     def _topk(self, r: str) -> NDArray[np.int32]:
         """[S, K] for S = speculative + 1 verification steps (or [K] without speculation)."""
@@ -160,7 +270,7 @@ class Simulation:
 
     def _topk_one(self, r: str) -> NDArray[np.int32]:
         """Locality: the recent tail, a cluster around a drifting centre, a few random."""
-        n = len(self.coordinator.state.page_keys[r]) * self.o.block_tokens
+        n = len(self.pages[r]) * self.o.block_tokens
         k = self.o.top_k
         if n <= k:
             out = np.full(k, -1, np.int32)
@@ -175,77 +285,89 @@ class Simulation:
 
     def _prefill(self, r: str) -> None:
         """Write the request's GPU-resident pages into every layer's resident rows."""
-        s, b = self.coordinator.state, self.o.block_tokens
-        for i, where in enumerate(self.worker.tables.tables[r]):
-            if where[0] != "gpu":
-                continue
-            key = self._key_id(s.page_keys[r][i])
-            rows = np.array([self.worker.spec.resident_row(where[1], o) for o in range(b)])
-            for h in self.worker.handles:
-                data = np.stack([row_bytes_of(key, h.layer, o, self.o.row_bytes) for o in range(b)])
-                self.executor.write_device_rows(h.runtime.pools, rows, data)
+        b = self.o.block_tokens
+        gpu = [(i, w[1]) for i, w in enumerate(self.worker.tables.tables[r]) if w[0] == "gpu"]
+        if not gpu:
+            return
+        pages = np.array([i for i, _ in gpu], np.int64)
+        blocks = np.array([g for _, g in gpu], np.int64)
+        offs = np.tile(np.arange(b, dtype=np.int64), len(gpu))
+        spec = self.worker.spec
+        rows = np.array([spec.resident_row(int(g), o) for g in blocks for o in range(b)])
+        keys = np.repeat(self.pages[r][pages], b)
+        for h in self.worker.handles:
+            data = rows_of(keys, h.layer, offs, self.o.row_bytes)
+            self.executor.write_device_rows(h.runtime.pools, rows, data)
 
     def _verify(self, result: DecodeResult, topk: dict[str, NDArray[np.int32]]) -> None:
         """Every resolved row holds the bytes written for its position (reads back)."""
-        s, b = self.coordinator.state, self.o.block_tokens
+        b = self.o.block_tokens
         entries = [(r, t) for r, ts in topk.items() for t in np.atleast_2d(ts)]
+        pos = np.stack([t for _, t in entries]).astype(np.int64)
+        valid = pos >= 0
+        page = np.where(valid, pos // b, 0)
+        keys = np.stack([self.pages[r][page[e]] for e, (r, _) in enumerate(entries)])
+        offs = np.where(valid, pos % b, 0)
         on_host = result.host
         for layer in result.rows:
             got = on_host[self.config.leaders[layer]].rows
             pools = self.worker.handles[layer].runtime.pools
             flat = np.asarray(got).reshape(-1).astype(np.int64)
             seen = self.executor.read_device_rows(pools, np.where(flat >= 0, flat, 0))
-            seen = seen.reshape(len(entries), -1, self.o.row_bytes)
-            for e, (r, t) in enumerate(entries):
-                for k, pos in enumerate(t.tolist()):
-                    if pos < 0:
-                        continue
-                    key = self._key_id(s.page_keys[r][pos // b])
-                    want = row_bytes_of(key, layer, pos % b, self.o.row_bytes)
-                    if not np.array_equal(seen[e, k], want):
-                        self.report.data_mismatches += 1
+            want = rows_of(keys.reshape(-1), layer, offs.reshape(-1), self.o.row_bytes)
+            bad = ~np.all(seen.reshape(want.shape) == want, axis=1) & valid.reshape(-1)
+            self.report.data_mismatches += int(bad.sum())
 
     # -- one engine step -------------------------------------------------------
 
     def _schedule(self) -> None:
-        c, o = self.coordinator, self.o
+        c, o, rep = self.coordinator, self.o, self.report
         for r in list(self.running):
             if self.rng.random() < o.abort_rate:
                 c.abort(r)
                 self.worker.release(r)
                 del self.running[r]
-                self.report.aborted += 1
+                rep.aborted += 1
             elif self.running[r] <= 0:
                 c.finish(r)
                 self.worker.release(r)
                 del self.running[r]
-                self.report.finished += 1
+                rep.finished += 1
         for r in list(self.pending):
             if len(self.running) >= o.concurrency:
                 break
             adm = c.admit(r)
             if adm is None:  # GPU pool pressure: spill, retry next step
+                rep.admissions_refused += 1
                 need = c.gpu_blocks_needed(r) - self.kv.num_free
                 c.reclaim(need)
                 break
             self.pending.remove(r)
+            rep.prefix_hits += adm.prefix_hits
+            rep.pages_admitted += len(adm.table)
+            if self.metrics is not None:
+                self.metrics.on_admission(adm, self._t)
             self.worker.admit(r, adm.table)
             self._prefill(r)
-            self.running[r] = self.rng.randint(5, 40)
+            self.running[r] = self.decode_steps[r]
 
     def step(self, t: int) -> None:
+        self._t = t
+        rep, before_spills, before_d2h = self.report, self.coordinator.spills, self.worker.d2h_bytes
         self._schedule()
         meta = self.sched.build_connector_meta()
         if meta is not None:  # over the process boundary as bytes, validated once
+            if self.metrics is not None:
+                self.metrics.on_connector_meta(meta, t)
             self.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
         topk = {r: self._topk(r) for r in self.running}
+        hits = (0, 0, 0, 0)
         if topk:
             leaders = {lead: topk for lead in set(self.config.leaders)}
             result = self.worker.decode(leaders, step=t + 1)
-            self.report.resident_hits += result.resident_hits
-            self.report.hot_hits += result.hot_hits
-            self.report.misses += result.misses
-            self.report.h2d_bytes += result.h2d_bytes
+            if self.metrics is not None:
+                self.metrics.on_decode(result)
+            hits = (result.resident_hits, result.hot_hits, result.misses, result.h2d_bytes)
             self._verify(result, topk)
             for r in topk:
                 self.running[r] -= 1
@@ -254,53 +376,83 @@ class Simulation:
         if self.rng.random() < 0.7:  # acks are sometimes held back a step or more
             wmeta = self.wconn.get_worker_meta()
             if wmeta is not None:
+                if self.metrics is not None:
+                    self.metrics.on_worker_meta(wmeta, t)
                 self.sched.update_connector_output(WORKER_META.dump_json(wmeta))
+        if self.metrics is not None:
+            self.metrics.on_step(self.coordinator)
+        rep.resident_hits += hits[0]
+        rep.hot_hits += hits[1]
+        rep.misses += hits[2]
+        rep.h2d_bytes += hits[3]
+        rep.decoded_tokens += len(topk)
+        row = (
+            len(self.running), len(self.pending), self.o.gpu_blocks - self.kv.num_free,
+            self.coordinator.state.host_used, self.coordinator.spills - before_spills,
+            *hits[:3], hits[3], self.worker.d2h_bytes - before_d2h, len(topk),
+        )
+        for name, value in zip(SERIES, row, strict=True):
+            rep.series[name].append(int(value))
 
     def drain(self) -> None:
-        """End of run: finish everything and let every copy and ack arrive."""
+        """End of run: stop what still runs or waits and let every copy and ack arrive."""
         for r in list(self.running):
             self.coordinator.finish(r)
             self.worker.release(r)
             del self.running[r]
-            self.report.finished += 1
+            self.report.still_running += 1
         for r in self.pending:
             self.coordinator.abort(r)
-            self.report.aborted += 1
+            self.report.never_admitted += 1
         self.pending.clear()
         for _ in range(3):  # send what is left, land every copy, deliver every ack
             meta = self.sched.build_connector_meta()
             if meta is not None:
+                if self.metrics is not None:
+                    self.metrics.on_connector_meta(meta, self._t)
                 self.wconn.bind_connector_metadata(meta)
             self.executor.release()
             wmeta = self.wconn.get_worker_meta()
             if wmeta is not None:
+                if self.metrics is not None:
+                    self.metrics.on_worker_meta(wmeta, self._t)
                 self.sched.update_connector_output(wmeta)
+        if self.metrics is not None:
+            self.metrics.on_step(self.coordinator)
+            self.metrics.flush()
+
+    def _done(self, nxt: int) -> bool:
+        return nxt >= len(self.arrivals) and not self.running and not self.pending
 
     def run(self, progress: bool = False) -> SimulateReport:
-        window = max(1, self.o.steps * 2 // 3)  # arrivals spread over two thirds of the run
-        arrivals = sorted(self.rng.randrange(window) for _ in range(self.o.requests))
         steps: Any = range(self.o.steps)
         if progress:
             from tqdm import tqdm
 
-            steps = tqdm(steps, desc="simulate", unit="step")
+            steps = tqdm(steps, desc="simulate", unit="step", leave=False)
         nxt = 0
         try:
             for t in steps:
-                while nxt < len(arrivals) and arrivals[nxt] <= t:
-                    self._new_request(nxt)
+                while nxt < len(self.arrivals) and self.arrivals[nxt].step <= t:
+                    self._arrive(self.arrivals[nxt])
                     nxt += 1
                 self.step(t)
                 self.report.steps += 1
+                if self._done(nxt):
+                    break
+            self.report.not_arrived = len(self.arrivals) - nxt  # due after the last step
             self.drain()
         except InvariantViolation as exc:
             self.report.violations += 1
             self.report.notes.append(str(exc))
+        finally:
+            if progress:
+                steps.close()
         rep = self.report
         rep.spills = self.coordinator.spills
-        rep.prefix_hits = self.coordinator.prefix_hits
         rep.d2h_bytes = self.worker.d2h_bytes
         rep.invariant_checks = self.coordinator.machine.invariant_checks
+        rep.notes += coverage_notes(rep)
         if self.o.trace is not None:
             from hisparse.spec.record import machine_trace
             from hisparse.spec.trace import write_trace
@@ -311,9 +463,34 @@ class Simulation:
         return rep
 
 
-def simulate(opts: SimulateOptions, progress: bool = False) -> SimulateReport:
-    return Simulation(opts).run(progress)
+def coverage_notes(rep: SimulateReport) -> list[str]:
+    """Say plainly when a run did not exercise what it is meant to show."""
+    notes = []
+    if rep.spills == 0:
+        notes.append(
+            "offload never exercised: no page was spilled to host memory (the GPU pool "
+            "was never short); raise --requests or --max-running, or lower --gpu-blocks"
+        )
+    elif rep.misses == 0:
+        notes.append("no decode step read a row from the host tier (0 host misses)")
+    if rep.too_large:
+        notes.append(
+            f"{rep.too_large} request(s) never admitted: more pages than the whole GPU pool "
+            "(raise --gpu-blocks)"
+        )
+    return notes
+
+
+def simulate(
+    opts: SimulateOptions, progress: bool = False, metrics: HiSparseMetrics | None = None
+) -> SimulateReport:
+    return Simulation(opts, metrics=metrics).run(progress)
 
 
 def report_json(rep: SimulateReport) -> dict[str, Any]:
-    return asdict(rep)
+    """The counts, the derived rates (``rates``) and the per-step series, as JSON."""
+    from hisparse.report import rates
+
+    doc = asdict(rep)
+    doc["rates"] = rates(rep)
+    return doc

@@ -49,6 +49,10 @@ def test_check_ci_model_passes(tlc: TlcInstall, tmp_path: Path) -> None:
     assert report["tlc_version"].startswith("2.18")
     assert report["model"] == "ci" and report["injected"] is None
     assert len(report["runs"]) >= 1 and all(r["result"] == "ok" for r in report["runs"])
+    # progress: each TLC run is named when it starts and when it ends
+    for run in report["runs"]:
+        assert f"TLC {run['module']}/{run['cfg']} ..." in text, text
+        assert f"TLC {run['module']}/{run['cfg']}: ok," in text, text
 
 
 @pytest.mark.tlc
@@ -64,10 +68,13 @@ def test_list_bugs_matches_registry() -> None:
 def test_injected_bug_is_caught(tlc: TlcInstall, tmp_path: Path, bug: InjectedBug) -> None:
     code, report, text = check_json(tmp_path, "--model", "small", "--inject", bug.name)
     assert report["result"] == "violation", text
-    assert code != 0
+    assert code == 0, f"caught as expected must exit 0\n{text}"
     assert report["injected"] == bug.name
     assert bug.catches in report["violated"], text
     assert report["caught_expected"] is True
+    # the counterexample is printed, not left in a log two folders down
+    assert "counterexample (" in text and "State " in text, text
+    assert any(r["counterexample"] for r in report["runs"] if r["violated"])
 
 
 # --- registry ----------------------------------------------------------------------------

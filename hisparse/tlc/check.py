@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from hisparse.bugs import InjectedBug, get_bug
 from hisparse.tlc import cfg as cfgfile
 from hisparse.tlc.acquire import TlcInstall, ensure_tlc
+from hisparse.tlc.counterexample import last_states
 from hisparse.tlc.errors import ModelError
 from hisparse.tlc.output import TEMPORAL, Verdict, worst
 from hisparse.tlc.paths import tla_dir as default_tla_dir
@@ -44,6 +46,7 @@ class RunSummary:
     properties: list[str]
     violated: list[str]
     log: str
+    counterexample: list[str] = field(default_factory=list)  # its last states, if any
 
 
 @dataclass
@@ -114,6 +117,7 @@ def summarize(run: TlcResult, cfg_text: str) -> RunSummary:
         properties=props,
         violated=violated,
         log=str(run.log_path),
+        counterexample=last_states(run.raw) if violated else [],
     )
 
 
@@ -128,8 +132,15 @@ class _Session:
     """One check: a scratch directory plus the TLC settings shared by its runs."""
 
     def __init__(
-        self, model: str, install: TlcInstall, workers: int | str, echo: bool, tla: Path
+        self,
+        model: str,
+        install: TlcInstall,
+        workers: int | str,
+        echo: bool,
+        tla: Path,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
+        self.progress = progress
         self.root = Path(tempfile.mkdtemp(prefix=f"hisparse-check-{model}-"))
         self.gen = self.root / "generated"
         self.gen.mkdir()
@@ -138,6 +149,8 @@ class _Session:
         self.versions: list[str] = []
 
     def run(self, module: Path, cfg: Path) -> RunSummary:
+        if self.progress is not None:
+            self.progress(f"TLC {module.stem}/{cfg.name} ...")
         res = run_tlc(
             module,
             cfg,
@@ -151,6 +164,11 @@ class _Session:
             self.versions.append(res.output.tlc_version)
         summary = summarize(res, cfg.read_text())
         self.runs.append(summary)
+        if self.progress is not None:
+            self.progress(
+                f"TLC {module.stem}/{cfg.name}: {summary.result}, "
+                f"{summary.distinct_states:,} distinct states, {summary.seconds:.1f} s"
+            )
         return summary
 
     def write(self, name: str, text: str) -> Path:
@@ -197,24 +215,32 @@ def check_model(
     tla_dir: Path | None = None,
     install: TlcInstall | None = None,
     keep: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """Run all configs of ``model`` (or the injection runs) and aggregate the verdicts.
 
-    The scratch directory is deleted on success and kept (with its logs) otherwise.
+    The scratch directory is deleted on success (for an injection: when the expected
+    check caught the bug) and kept, with its logs, otherwise; an interrupt deletes it.
+    ``progress`` is told when each TLC run starts and ends.
     """
     install = install or ensure_tlc()
     tla = tla_dir or default_tla_dir()
     files = model_files(model, tla)
     bug = get_bug(inject) if inject else None
-    s = _Session(model, install, workers, echo, tla)
-    if bug is not None:
-        _plan_injection(s, files, model, bug)
-    else:
-        s.run(files.module, files.safety)
-        if files.live is not None:
-            live = s.run(files.module, files.live)
-            if TEMPORAL in live.violated:
-                s.per_property(files.module, files.live.read_text())
+    s = _Session(model, install, workers, echo, tla, progress)
+    try:
+        if bug is not None:
+            _plan_injection(s, files, model, bug)
+        else:
+            s.run(files.module, files.safety)
+            if files.live is not None:
+                live = s.run(files.module, files.live)
+                if TEMPORAL in live.violated:
+                    s.per_property(files.module, files.live.read_text())
+    except BaseException:  # Ctrl-C, SIGTERM, errors: leave no scratch folder behind
+        if not keep:
+            shutil.rmtree(s.root, ignore_errors=True)
+        raise
     result = worst([r.result for r in s.runs])
     reasons = [f"{r.cfg}: {r.reason}" for r in s.runs if r.result == result]
     named = _union([r.violated for r in s.runs])
@@ -237,7 +263,10 @@ def check_model(
         runs=s.runs,
         workdir=str(s.root),
     )
-    if result == "ok" and not keep:
+    expected = report.caught_expected if bug is not None else result == "ok"
+    if expected and not keep:
         shutil.rmtree(s.root, ignore_errors=True)
         report.workdir = None
+        for r in report.runs:
+            r.log = ""  # deleted with the scratch folder
     return report

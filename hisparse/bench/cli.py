@@ -1,0 +1,156 @@
+"""``hisparse bench TARGET``: one subcommand per benchmark.
+
+A target is a ``BenchTarget`` in ``TARGETS``: a help line, the flags it takes, and a
+``main`` that runs it, prints its figures and returns the JSON document (``--json`` is
+added to every target and written by the CLI). Adding a target is a module with those
+two functions and one line here, e.g.::
+
+    "churn": BenchTarget("...", churn.add_arguments, churn.main),
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hisparse.cliargs import csv_of, positive_float, positive_int
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    main: Callable[[argparse.Namespace], dict[str, Any]]
+
+
+# -- protocol -------------------------------------------------------------------------
+
+
+def _protocol_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lifecycles", type=positive_int, default=5000,
+                   help="spill lifecycles to time")
+    p.add_argument("--requests", type=positive_int, default=256,
+                   help="other requests held resident while timing")
+
+
+def _protocol(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import protocol
+
+    figures = protocol.run(args.lifecycles, args.requests)
+    for mode in ("check_off", "check_on"):
+        per = figures[f"per_action_us_{mode}"]
+        print(f"per action, invariants {mode.replace('_', ' ')} (µs):")
+        for name, us in per.items():
+            print(f"  {name:<15} {us:9.2f}")
+        print(f"  {'lifecycle':<15} {figures[f'lifecycle_us_{mode}']:9.2f}")
+    print(f"transitions trigger   {figures['transitions_trigger_us']:.2f} µs")
+    print(f"compiled table lookup {figures['compiled_table_us']:.3f} µs")
+    return figures
+
+
+# -- coordinator ----------------------------------------------------------------------
+
+
+def _coordinator_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--requests", type=positive_int, default=256,
+                   help="running requests held resident")
+    p.add_argument("--lifecycles", type=positive_int, default=200,
+                   help="spill lifecycles to time")
+
+
+def _coordinator(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import coordinator
+
+    doc = coordinator.run(running=args.requests, lifecycles=args.lifecycles)
+    for mode in ("check_off", "check_on"):
+        f = doc[mode]
+        print(f"invariants {mode.replace('_', ' ')}: spill lifecycle "
+              f"{f['spill_lifecycle_us']:.1f} µs, idle decode step {f['idle_step_us']:.2f} µs"
+              f" ({doc['running_requests']} running requests)")
+    return doc
+
+
+# -- resolver (GPU) -------------------------------------------------------------------
+
+
+def _resolver_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reps", type=positive_int, default=100, help="timed repetitions")
+    p.add_argument("--batches", type=csv_of(positive_int), default=(1, 10, 100, 256),
+                   help="batch sizes, comma-separated")
+    p.add_argument("--miss-rates", type=csv_of(positive_float), default=(0.001, 0.2),
+                   help="miss rates, comma-separated")
+    p.add_argument("--no-torch", action="store_true", help="skip the unfused torch baseline")
+    p.add_argument("--no-flush", action="store_true",
+                   help="do not flush L2 between repetitions (warm caches)")
+
+
+def _resolver(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import resolver
+
+    doc = resolver.run(
+        batches=tuple(int(b) for b in args.batches), miss_rates=tuple(args.miss_rates),
+        reps=args.reps, with_torch=not args.no_torch, flush_l2=not args.no_flush,
+    )
+    print(f"{doc['environment']}\nbulk H2D {doc['bulk_h2d']['GBps']:.1f} GB/s")
+    for s in doc["shapes"]:
+        torch = (f" torch {s['torch_us']:9.1f} µs ({s['speedup_vs_torch']:5.1f}x,"
+                 f" agrees={s['torch_agrees']})" if "torch_us" in s else "")
+        print(f"B={s['batch']:<4} miss={s['miss_rate']:<6} fused {s['fused_us']:8.1f} µs "
+              f"{s['fused_GBps']:6.1f} GB/s | gather {s['gather_us']:8.1f} µs "
+              f"({s['fraction_of_gather']:.0%} of it){torch}")
+        print("       phases (block 0, µs): " + ", ".join(
+            f"{k} {v:.1f}" for k, v in s["phases_us"].items()))
+    return doc
+
+
+# -- spill (GPU) ----------------------------------------------------------------------
+
+
+def _spill_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reps", type=positive_int, default=100, help="timed repetitions")
+
+
+def _spill(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import spill
+
+    doc = spill.run(reps=args.reps)
+    print(doc["environment"])
+    for s in doc["shapes"]:
+        print(f"{s['blocks']:5} blocks {s['bytes'] / 1e6:7.1f} MB: spill {s['spill_GBps']:5.1f}"
+              f" GB/s, bulk D2H {s['bulk_d2h_GBps']:5.1f} GB/s "
+              f"({s['fraction_of_bulk']:.0%}); "
+              f"per-block memcpy {s['memcpy_per_block_us']:.0f} µs")
+    return doc
+
+
+# -- engine (GPU) ---------------------------------------------------------------------
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget-gib", type=positive_float, default=40.0,
+                   help="KV HBM budget for the largest-batch figure")
+
+
+def _engine(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import engine
+
+    doc = engine.run(budget_gib=args.budget_gib)  # prints as it goes
+    if args.json is not None:  # the plot goes beside the JSON
+        engine.plot(doc, str(args.json.with_suffix(".png")))
+    return doc
+
+
+TARGETS: dict[str, BenchTarget] = {
+    "protocol": BenchTarget("per-action cost of the protocol machine", _protocol_args,
+                            _protocol),
+    "coordinator": BenchTarget("scheduler-side cost of a spill lifecycle and an idle step",
+                               _coordinator_args, _coordinator),
+    "resolver": BenchTarget("CUDA resolver against same-run ceilings (NVIDIA GPU)",
+                            _resolver_args, _resolver),
+    "spill": BenchTarget("CUDA spill copies against bulk D2H (NVIDIA GPU)", _spill_args,
+                         _spill),
+    "engine": BenchTarget("decode step time and KV HBM, HiSparse vs all-resident (NVIDIA GPU)",
+                          _engine_args, _engine),
+}

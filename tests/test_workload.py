@@ -1,0 +1,108 @@
+"""Workloads: the Mooncake trace format is parsed exactly, bad files fail with the line
+at fault, and a replay runs through the whole system cleanly with prefix sharing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hisparse.simulate import SimulateOptions, simulate
+from hisparse.workload import MooncakeShape, SyntheticShape, WorkloadError, mooncake, synthetic
+
+DATA = Path(__file__).parent / "data" / "mooncake_small.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT.parent / "shared" / "workloads" / "mooncake" / "conversation_trace.jsonl"
+
+SMALL = SimulateOptions(
+    workload="mooncake", workload_path=DATA, requests=100, steps=600, time_compression=1.0,
+    block_tokens=128, gpu_blocks=40, host_blocks=48, max_pages=16, abort_rate=0.0,
+    concurrency=6,
+)
+
+
+def test_mooncake_pages_share_keys_exactly_when_hash_blocks_match() -> None:
+    arr = mooncake(DATA, MooncakeShape(requests=100, time_compression=1.0, block_tokens=128))
+    assert len(arr) == 12
+    a, b = arr[0], arr[1]
+    assert len(a.page_keys) == 11 and len(b.page_keys) == 9  # ceil(1400/128), ceil(1100/128)
+    assert a.page_keys[:8] == b.page_keys[:8]  # hash ids 0, 1 = 8 pages of 128 tokens
+    assert a.page_keys[8] != b.page_keys[8]  # hash 2 vs 3
+    assert [x.step for x in arr[:4]] == [0, 0, 2, 4]  # timestamp ms / 30 ms per step
+    assert arr[0].decode_steps == 30 and arr[9].decode_steps == 1  # output 0: one step
+    fast = mooncake(DATA, MooncakeShape(requests=3, time_compression=2.0, block_tokens=512))
+    assert [x.step for x in fast] == [0, 0, 1] and len(fast[2].page_keys) == 4
+    capped = mooncake(DATA, MooncakeShape(100, 1.0, 64, max_decode=10))
+    assert max(x.decode_steps for x in capped) == 10
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("not json", "not JSON"),
+        ('{"timestamp": 0, "output_length": 3, "hash_ids": [1]}', "missing field 'input_length'"),
+        ('{"timestamp": -1, "input_length": 5, "output_length": 3, "hash_ids": [1]}',
+         "timestamp must be a non-negative integer"),
+        ('{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [1]}',
+         "fewer than input_length 600"),
+        ('{"timestamp": 0, "input_length": 6, "output_length": 3, "hash_ids": "x"}',
+         "hash_ids must be a list"),
+    ],
+)
+def test_bad_trace_line_names_the_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n'
+                    + line + "\n")
+    with pytest.raises(WorkloadError, match=f"t.jsonl:2: .*{message}"):
+        mooncake(path, MooncakeShape(10, 1.0, 64))
+
+
+def test_trace_shape_errors(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="does not divide"):
+        mooncake(DATA, MooncakeShape(10, 1.0, 96))
+    with pytest.raises(WorkloadError, match="cannot read"):
+        mooncake(tmp_path / "missing.jsonl", MooncakeShape(10, 1.0, 64))
+    (tmp_path / "back.jsonl").write_text(
+        '{"timestamp": 90, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n'
+        '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n')
+    with pytest.raises(WorkloadError, match="not in arrival order"):
+        mooncake(tmp_path / "back.jsonl", MooncakeShape(10, 1.0, 64))
+
+
+def test_synthetic_arrivals_do_not_depend_on_steps() -> None:
+    shape = SyntheticShape(requests=50, arrival_rate=0.5, min_pages=2, max_pages=4,
+                           prefixes=2, prefix_pages=1)
+    a = synthetic(shape, seed=3)
+    assert a == synthetic(shape, seed=3) and a != synthetic(shape, seed=4)
+    assert [x.step for x in a] == sorted(x.step for x in a)
+    assert 40 <= a[-1].step <= 200  # ~100 steps at 0.5 per step
+
+
+def test_mooncake_replay_is_clean_and_exercises_offload() -> None:
+    rep = simulate(SMALL)
+    assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
+    assert rep.requests == 12 and rep.finished == 12 and rep.aborted == 0
+    assert rep.spills > 0 and rep.misses > 0 and rep.prefix_hits > 0, rep.notes
+    assert rep.never_admitted == rep.still_running == rep.not_arrived == 0
+
+
+def test_mooncake_request_larger_than_gpu_pool_is_reported_not_stuck() -> None:
+    rep = simulate(replace(SMALL, gpu_blocks=14, host_blocks=40))
+    # 1900, 2000 and 1800 tokens need 15, 16 and 15 pages of 128 tokens
+    assert rep.too_large == 3 and rep.never_admitted == 3
+    assert rep.finished == 9 and rep.violations == 0
+    assert any("more pages than the whole GPU pool" in n for n in rep.notes)
+
+
+def test_real_mooncake_trace_replays() -> None:
+    """The real trace (../shared in CI and in a worktree next to shared/)."""
+    if not REAL.is_file():
+        pytest.fail(f"the Mooncake trace is missing: expected {REAL} (a copy of shared/ "
+                    "beside the repository)")
+    opts = replace(SMALL, workload_path=REAL, requests=24, steps=400, time_compression=20.0,
+                   max_decode=12, block_tokens=512, gpu_blocks=240, host_blocks=200,
+                   concurrency=8, check=False)
+    rep = simulate(opts)
+    assert rep.requests == 24 and rep.violations == 0 and rep.data_mismatches == 0
+    assert rep.prefix_hits > 0 and rep.spills > 0, rep.notes
