@@ -137,8 +137,7 @@ def _bump_int(node: ast.AST) -> None:
 
 
 def _to_pass(node: ast.AST) -> None:
-    node.__class__ = ast.Pass
-    node._fields = ()
+    node.__class__ = ast.Pass  # Pass has no fields: the statement's own ones are ignored
 
 
 def _drop_not(node: ast.AST) -> None:
