@@ -163,6 +163,12 @@ def test_device_rows_and_slots_at_the_edge() -> None:
     with pytest.raises(BadPlan):
         ex.write_device_rows(pools, np.array([-1]), data)
     assert state(pools) == before
+    ex.write_device_rows(pools, np.array([0]), data)  # the first row is a row too
+    assert (pools.device[0] == 7).all()
+    ex.resolve(pools, batch(slots=np.array([0], np.int32)))
+    assert (pools.hot_tag[0] != -1).any()
+    ex.reset_slot(pools, 0)
+    assert (pools.hot_tag[0] == -1).all() and (pools.hot_stamp[0] == -1).all()
     ex.reset_slot(pools, LAST_SLOT)
     with pytest.raises(BadBatch):
         ex.reset_slot(pools, -1)

@@ -62,6 +62,15 @@ def test_unknown_blocks_are_refused_everywhere(block: int) -> None:
     refused(p, lambda: p.is_free(block))
 
 
+def test_host_block_id_never_passes_for_a_pinned_gpu_block() -> None:
+    p = BlockPool(3)
+    p.allocate(1)
+    p.pin(0)
+    refused(p, lambda: p.unpin(HostBlock(0)))  # equal as an int, but the wrong kind
+    refused(p, lambda: p.free([HostBlock(0)]))
+    assert p.is_pinned(0)
+
+
 def test_last_block_is_inside() -> None:
     p = BlockPool(3)
     p.allocate(3)

@@ -298,9 +298,46 @@ def test_worker_slots() -> None:
     assert w.admit("s", [("gpu", 1)]) == 1
     wrefused(w, lambda: w.admit("t", [("gpu", 2)]))  # both slots taken
     w.release("r")
+    assert "r" not in w.tables.tables and "r" not in w.tables.slots
     w.release("r")  # releasing twice is harmless
     assert w.admit("t", [("gpu", 2)]) == 0
     assert w.tables.slots == {"s": 1, "t": 0}
+
+
+def test_batch_maps_resident_and_host_pages_to_rows() -> None:
+    w = worker()
+    w.admit("r", [("gpu", 0), ("host", 2), ("gpu", 3)])
+    pos = np.array([0, BT - 1, BT, 2 * BT + 1, -1], np.int32)
+    b = w.batch({"r": pos}, step=0)
+    spec = w.spec
+    assert b.resident_row.tolist() == [[
+        spec.resident_row(0, 0), spec.resident_row(0, BT - 1), -1, spec.resident_row(3, 1), -1
+    ]]
+    assert b.host_row.tolist() == [[-1, -1, spec.host_row(2, 0), -1, -1]]
+    assert b.slots.tolist() == [0] and b.step == 0
+
+
+def test_a_reused_slot_starts_clean() -> None:
+    w = worker()
+    w.admit("r", [("host", 0)])
+    w.decode({0: {"r": np.arange(BT, dtype=np.int32)}}, step=0)
+    pools = w.handles[0].runtime.pools
+    assert (pools.hot_tag[0] != -1).any()
+    w.release("r")
+    assert w.admit("s", [("host", 1)]) == 0
+    assert (pools.hot_tag[0] == -1).all() and (pools.hot_stamp[0] == -1).all()
+
+
+def test_followers_replay_their_leaders_plan() -> None:
+    w = worker(layers=2, leaders=(0, 0))
+    lead, follow = (h.runtime.pools for h in w.handles)
+    follow.host[:] = 9  # the follower's own bytes, unlike the leader's zeros
+    w.admit("r", [("host", 0)])
+    res = w.decode({0: {"r": np.arange(BT, dtype=np.int32)}}, step=0)
+    plan = res.results[0].plan
+    assert len(plan) == BT
+    assert (follow.device[plan[:, 0]] == 9).all()
+    assert (lead.device[plan[:, 0]] == 0).all()
 
 
 def test_follower_h2d_bytes_count_every_replay() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from hisparse.bugs import BUGS
 from hisparse.spec.errors import InvariantViolation
-from hisparse.spec.invariants import INVARIANTS, PROPERTIES, check_invariants
+from hisparse.spec.invariants import INVARIANTS, PROPERTIES, TypeOK, check_invariants
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import HostBlock, ProtocolConfig, ProtocolState, Spill, Transfer
 from tests.protocol_helpers import full_spill, make_machine
@@ -103,6 +103,10 @@ def _transfer_dst_out_of_range(s: ProtocolState, tid: int) -> None:
     s.down[tid] = Transfer(tid, 0, s.config.host_blocks)
 
 
+def _gpu_leased_to_page_elsewhere(s: ProtocolState, _: int) -> None:
+    s.gpu_owner[1] = ("r3", 1)  # r3's entry says GPU 2, which it also owns
+
+
 def _two_pages_one_gpu_block(s: ProtocolState, _: int) -> None:
     s.loc[("r1", 1)] = ("gpu", 2)  # r1 is not running: only the double lease is wrong
 
@@ -188,6 +192,7 @@ CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
     "published_while_in_flight": (_published_while_in_flight, {"NoPublishBeforeComplete"}),
     "index_names_wrong_key": (_index_names_wrong_key, {"PublishedDataCorrect"}),
     "running_page_without_block": (_running_page_without_block, {"LivePagesReadable"}),
+    "gpu_leased_to_page_elsewhere": (_gpu_leased_to_page_elsewhere, {"LivePagesReadable"}),
     "running_page_reads_wrong_host_bytes": (
         _running_page_reads_wrong_host_bytes,
         {"LivePagesReadable"},
@@ -205,6 +210,17 @@ def test_corruption_is_caught_by_exactly_its_twins(name: str) -> None:
     with pytest.raises(InvariantViolation) as err:
         check_invariants(m.state)
     assert err.value.name == min(expected, key=list(INVARIANTS).index)
+
+
+@pytest.mark.parametrize("h", [-1, 4])
+def test_prefix_naming_a_block_outside_the_pool_is_a_type_error(h: int) -> None:
+    """Only TypeOK can say it: the later twins index the pool with it (and -1 wraps)."""
+    m, _ = base()
+    m.state.prefix["k2"] = {h}
+    assert TypeOK(m.state) == [f"prefix index of k2 names blocks [{h}]"]
+    with pytest.raises(InvariantViolation) as err:
+        check_invariants(m.state)
+    assert err.value.name == "TypeOK"
 
 
 def test_every_twin_alone_catches_some_corruption() -> None:
