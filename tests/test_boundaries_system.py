@@ -47,12 +47,14 @@ def coordinator(host_blocks: int = 2, gpu_blocks: int = 4) -> HiSparseCoordinato
 
 
 def snap(c: HiSparseCoordinator) -> Any:
+    """The protocol state, HMA's pool and every bookkeeping field of the coordinator."""
     kv = c.kv
     assert isinstance(kv, BlockPool)
+    own = {k: v for k, v in vars(c).items() if k not in ("kv", "config", "machine")}
     return (
         c.state.clone(),
         sorted(kv._free), list(kv._is_free), set(kv._pinned),
-        set(c._sent), list(c._replacements), dict(c._publish_order), c.spills, c.prefix_hits,
+        copy.deepcopy(own),
     )
 
 
