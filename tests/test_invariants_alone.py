@@ -276,3 +276,74 @@ def test_property_bug_fails_its_property_and_no_invariant(bug: object) -> None:
     clean = SCENARIOS[bug.name]("none")
     clean.drain()
     assert {n for n, p in PROPERTIES.items() if p(clean.state)} == set()
+
+
+def _drained() -> ProtocolMachine:
+    """Quiescent: r0's first page spilled and published, r3 aborted, nothing in flight."""
+    m = make_machine()
+    m.Arrive("r0")
+    m.Arrive("r3")
+    full_spill(m, ("r0", 1), 0)
+    m.Abort("r3")
+    m.drain()
+    assert m.enabled() == []
+    assert {n for n, p in PROPERTIES.items() if p(m.state)} == set()
+    return m
+
+
+def _transfer_left_open(s: ProtocolState) -> None:
+    s.spill[0] = Spill(0, ("r0", 1), "enqueued", 0)
+
+
+def _pin_left_behind(s: ProtocolState) -> None:
+    s.src_pin[1] = True
+
+
+def _lease_left_behind(s: ProtocolState) -> None:
+    s.host_state[2] = "leased"
+
+
+def _aborted_page_still_resident(s: ProtocolState) -> None:
+    s.gpu_owner[2] = ("r3", 1)
+
+
+def _aborted_page_still_spilling(s: ProtocolState) -> None:
+    s.spill[3] = Spill(2, ("r3", 1), "enqueued", 5)
+
+
+PROPERTY_CORRUPTIONS: dict[str, tuple[Callable[[ProtocolState], None], set[str]]] = {
+    "transfer_left_open": (_transfer_left_open, {"TransfersComplete"}),
+    "pin_left_behind": (_pin_left_behind, {"LeasesReleased"}),
+    "lease_left_behind": (_lease_left_behind, {"LeasesReleased"}),
+    "aborted_page_still_resident": (_aborted_page_still_resident, {"AbortedFreed"}),
+    "aborted_page_still_spilling": (
+        _aborted_page_still_spilling, {"TransfersComplete", "AbortedFreed"}
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROPERTY_CORRUPTIONS))
+def test_property_twins_exactly(name: str) -> None:
+    corrupt, expected = PROPERTY_CORRUPTIONS[name]
+    m = _drained()
+    corrupt(m.state)
+    assert {n for n, p in PROPERTIES.items() if p(m.state)} == expected
+
+
+def test_every_property_twin_alone_catches_something() -> None:
+    alone = {next(iter(e)) for _, e in PROPERTY_CORRUPTIONS.values() if len(e) == 1}
+    assert alone == set(PROPERTIES)
+
+
+# Python property bugs at quiescence: the exact set of property twins that fail.
+PROPERTY_BUG_FAILS = {
+    "worker_drops_transfer": {"TransfersComplete", "LeasesReleased"},
+    "batched_done_before_enqueued": {"TransfersComplete", "LeasesReleased"},
+    "abort_keeps_resident_blocks": {"AbortedFreed"},
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PROPERTY_BUG_FAILS))
+def test_property_bug_fails_exactly(bug: str) -> None:
+    m = SCENARIOS[bug](bug)
+    assert {n for n, p in PROPERTIES.items() if p(m.state)} == PROPERTY_BUG_FAILS[bug]
