@@ -166,6 +166,12 @@ def _register_check(sub: SubParsers) -> None:
         "--trace", nargs="+", type=in_file, metavar="FILE",
         help="validate JSON Lines traces against the spec instead of exploring a model",
     )
+    p.add_argument(
+        "--allow-bug",
+        action="store_true",
+        help="with --trace: check traces whose header declares an injected bug against the "
+        "spec with that bug on (refused otherwise); the verdict names the bug",
+    )
 
 
 def _print_report(r: CheckReport) -> None:
@@ -213,7 +219,7 @@ def _print_trace_result(r: TraceCheckResult) -> None:
     if r.accepted:
         print("accepted")
     for f in r.files:
-        if f.verdict != "accepted":
+        if f.verdict != "accepted" or f.bug:
             print(f.line())
             if f.reason:
                 print(f"  reason: {f.reason}")
@@ -233,18 +239,21 @@ def _cmd_check_traces(args: argparse.Namespace) -> int:
           flush=True)
     try:
         with ticking("check --trace"):
-            result = check_traces(args.trace, keep=args.keep)
+            result = check_traces(args.trace, keep=args.keep, allow_bug=args.allow_bug)
     except (TlcError, TraceFormatError) as exc:
         _write_json(args.json, {"result": "error", "reason": str(exc)})
         return _err(str(exc))
     _print_trace_result(result)
     _write_json(args.json, result.to_json())
-    return EXIT_OK if result.accepted else EXIT_VIOLATION
+    return {"accepted": EXIT_OK, "rejected": EXIT_VIOLATION}.get(result.result, EXIT_ERROR)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     if args.trace:
         return _cmd_check_traces(args)
+    if args.allow_bug:
+        print("hisparse: error: --allow-bug only applies to --trace", file=sys.stderr)
+        return EXIT_ERROR
     if args.list_bugs:
         width = max(len(b.name) for b in BUGS)
         cwidth = max(len(b.catches) for b in BUGS)

@@ -80,10 +80,13 @@ class HiSparseCoordinator:
 
     def lookup_prefix(self, request_id: RequestId) -> int:
         """Pages of the request's prefix served by published host pages."""
+        if request_id not in self.state.page_keys:
+            raise ActionNotEnabled("Arrive", f"unknown request {request_id!r}")
         return self.machine.hit_len(request_id)
 
     def gpu_blocks_needed(self, request_id: RequestId) -> int:
-        return len(self.state.page_keys[request_id]) - self.lookup_prefix(request_id)
+        hits = self.lookup_prefix(request_id)  # refuses an unknown request, typed
+        return len(self.state.page_keys[request_id]) - hits
 
     def admit(self, request_id: RequestId) -> Admission | None:
         """Arrive: None (and nothing changes) if HMA cannot give the blocks now."""
@@ -191,6 +194,10 @@ class HiSparseCoordinator:
 
     def _validate(self, meta: HiSparseWorkerMeta) -> None:
         s = self.state
+        for ids in (meta.enqueued, meta.completed):
+            if len(set(ids)) != len(ids):  # a model_construct'ed meta skips the wire check
+                dup = next(t for t in ids if ids.count(t) > 1)
+                raise UnknownTransfer(dup, "acked twice in one direction of one meta")
         for tid in meta.enqueued:
             if tid not in s.down or tid not in self._sent:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer not awaiting one")

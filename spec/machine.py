@@ -245,6 +245,9 @@ class ProtocolMachine:
         """Map ack IDs to host blocks, refusing unknown, stale and out-of-order IDs."""
         s = self.state
         out: list[int] = []
+        if len(set(ids)) != len(ids):
+            dup = next(t for t in ids if ids.count(t) > 1)
+            raise UnknownTransfer(dup, "acked twice in one direction of one meta")
         for tid in ids:
             h = s.transfer_dst.get(tid)
             sp = s.spill[h] if h is not None else None

@@ -89,8 +89,9 @@ def test_buggy_machine_traces_are_rejected_by_the_same_invariant(
     trace = machine_trace(m)  # type: ignore[arg-type]
     declared = tmp_path / "declared.jsonl"
     write_trace(declared, trace)
-    result = check_traces([declared], install=tlc)
+    result = check_traces([declared], install=tlc, allow_bug=True)
     (verdict,) = result.files
+    assert verdict.bug == bug.name
     assert verdict.verdict == "rejected"
     assert verdict.step == len(trace.steps), verdict.line()  # the step Python caught
     assert verdict.reason is not None

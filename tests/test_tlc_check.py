@@ -63,6 +63,14 @@ def test_list_bugs_matches_registry() -> None:
     assert [(r[0], r[1], r[2]) for r in rows] == [(b.name, b.catches, b.summary) for b in BUGS]
 
 
+# Each property bug, checked one property per run: every property its run refutes.
+PROPERTY_BUG_FAILS = {
+    "worker_drops_transfer": {"TransfersComplete", "LeasesReleased", "AbortedFreed"},
+    "batched_done_before_enqueued": {"TransfersComplete", "LeasesReleased", "AbortedFreed"},
+    "abort_keeps_resident_blocks": {"AbortedFreed"},
+}
+
+
 @pytest.mark.tlc
 @pytest.mark.parametrize("bug", BUGS, ids=[b.name for b in BUGS])
 def test_injected_bug_is_caught(tlc: TlcInstall, tmp_path: Path, bug: InjectedBug) -> None:
@@ -75,6 +83,14 @@ def test_injected_bug_is_caught(tlc: TlcInstall, tmp_path: Path, bug: InjectedBu
     # the counterexample is printed, not left in a log two folders down
     assert "counterexample (" in text and "State " in text, text
     assert any(r["counterexample"] for r in report["runs"] if r["violated"])
+    # exactly the named check fired: a weakened or renamed one cannot hide behind another
+    if bug.kind == "invariant":
+        assert report["violated"] == [bug.catches], text
+        assert [r["violated"] for r in report["runs"]] == [[bug.catches]]
+    else:
+        own = {r["cfg"]: r["violated"] for r in report["runs"]}
+        assert own[f"MCInject_{bug.catches}.cfg"] == [bug.catches], text
+        assert set(report["violated"]) == PROPERTY_BUG_FAILS[bug.name], text
 
 
 # --- registry ----------------------------------------------------------------------------

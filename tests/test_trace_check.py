@@ -337,8 +337,9 @@ def test_invariant_violation_is_a_rejection(tlc: TlcInstall, tmp_path: Path) -> 
     run.header["bug"] = "publish_at_enqueued"
     run.steps[-1]["post"]["spill"] = [{**SPILLING, "phase": "enqueued"}, None]
     run.steps[-1]["post"]["hostState"] = ["valid", "free"]
-    result = check_traces([run.write(tmp_path / "bug.jsonl")], install=tlc)
+    result = check_traces([run.write(tmp_path / "bug.jsonl")], install=tlc, allow_bug=True)
     (bad,) = result.files
+    assert bad.bug == "publish_at_enqueued"
     assert (bad.verdict, bad.step, bad.action) == ("rejected", 5, "ConsumeMeta"), bad
     assert bad.reason is not None and "NoPublishBeforeComplete" in bad.reason
 

@@ -206,6 +206,14 @@ def _plan_injection(s: _Session, files: ModelFiles, model: str, bug: InjectedBug
     s.per_property(module, cfgfile.rebind_bug(files.live.read_text(), INJECT_OPERATOR))
 
 
+def _caught_exactly(bug: InjectedBug, named: list[str], properties: list[str]) -> bool:
+    """An invariant bug must trip its invariant alone (TLC stops at the first failure);
+    a property bug its own property, and no safety invariant or deadlock."""
+    if bug.kind == "invariant":
+        return named == [bug.catches]
+    return bug.catches in named and all(n in properties for n in named)
+
+
 def check_model(
     model: str,
     *,
@@ -244,6 +252,7 @@ def check_model(
     result = worst([r.result for r in s.runs])
     reasons = [f"{r.cfg}: {r.reason}" for r in s.runs if r.result == result]
     named = _union([r.violated for r in s.runs])
+    properties = _union([r.properties for r in s.runs])
     if len(named) > 1 and TEMPORAL in named:
         named.remove(TEMPORAL)  # the follow-up per-property runs named it
     report = CheckReport(
@@ -255,11 +264,11 @@ def check_model(
         depth=max((r.depth for r in s.runs), default=0),
         seconds=round(sum(r.seconds for r in s.runs), 3),
         invariants=_union([r.invariants for r in s.runs]),
-        properties=_union([r.properties for r in s.runs]),
+        properties=properties,
         tlc_version=s.versions[0] if s.versions else None,
         violated=named,
         injected=bug.name if bug else None,
-        caught_expected=(bug.catches in named) if bug else None,
+        caught_expected=_caught_exactly(bug, named, properties) if bug else None,
         runs=s.runs,
         workdir=str(s.root),
     )

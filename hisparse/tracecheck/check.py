@@ -1,9 +1,13 @@
 """``hisparse check --trace``: is each recorded run a behaviour of ``tla/HiSparse.tla``?
 
-Traces with the same constants are replayed in one TLC run (JVM start and parsing
-dominate). TLC stops at the first failure, so a rejected trace is set aside and the
-rest of its group replayed again, until the group passes or ``max_runs`` is spent;
-traces that never got a clean run are reported ``unchecked``.
+Headers are screened first (``admit``): an unknown or unrequested injected bug, or
+constants past the limits, make that file ``refused`` before TLC starts. Traces with
+the same constants are replayed in one TLC run (JVM start and parsing dominate). TLC
+stops at the first failure, so a rejected trace is set aside and the rest of its group
+replayed again, until the group passes or ``max_runs`` is spent; traces that never got
+a clean run are reported ``unchecked``. When TLC fails in a way no trace explains, the
+group is split and each trace replayed alone, so only the trace at fault gets ``error``
+and every other file keeps its own verdict.
 """
 
 from __future__ import annotations
@@ -24,17 +28,20 @@ from hisparse.tlc.output import DEADLOCK
 from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, run_tlc
 from hisparse.tracecheck import module as gen
+from hisparse.tracecheck.admit import HeaderLimits, header_problem
 from hisparse.tracecheck.errtrace import StopPoint, stop_point
 
 # The spec's safety invariants are the ones the small model checks.
 INVARIANTS_FROM = "MC_small.cfg"
 
-Verdict = Literal["accepted", "rejected", "unchecked"]
+Verdict = Literal["accepted", "rejected", "unchecked", "refused", "error"]
 
 
 @dataclass
 class FileVerdict:
-    """The verdict on one trace file; ``step``/``action``/``reason`` only when rejected."""
+    """The verdict on one trace file; ``step``/``action`` only when rejected, ``reason``
+    when rejected, refused or in error; ``bug`` when the spec was checked with that
+    injected bug switched on (only on request)."""
 
     path: str
     verdict: Verdict
@@ -42,12 +49,14 @@ class FileVerdict:
     step: int | None = None
     action: str | None = None
     reason: str | None = None
+    bug: str | None = None
 
     def line(self) -> str:
-        """The CLI's line for a rejected or unchecked file."""
+        """The CLI's line for a file (printed for all but plain acceptances)."""
+        note = f" [spec checked with injected bug {self.bug}]" if self.bug else ""
         if self.verdict == "rejected":
-            return f"rejected: {self.path} at step {self.step} (action {self.action})"
-        return f"{self.verdict}: {self.path}"
+            return f"rejected: {self.path} at step {self.step} (action {self.action}){note}"
+        return f"{self.verdict}: {self.path}{note}"
 
 
 @dataclass
@@ -68,9 +77,18 @@ class TraceCheckResult:
     def rejected(self) -> list[FileVerdict]:
         return [f for f in self.files if f.verdict == "rejected"]
 
+    @property
+    def result(self) -> Literal["accepted", "rejected", "error"]:
+        """``error`` when some file got no verdict on the spec (refused, error, unchecked)."""
+        if self.accepted:
+            return "accepted"
+        if all(f.verdict in ("accepted", "rejected") for f in self.files):
+            return "rejected"
+        return "error"
+
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
-        doc["result"] = "accepted" if self.accepted else "rejected"
+        doc["result"] = self.result
         return doc
 
 
@@ -152,19 +170,37 @@ class _Replay:
         """Verdicts for every file of ``group``, and the TLC runs that produced them."""
         verdicts: dict[Path, FileVerdict] = {}
         runs: list[TlcResult] = []
-        left = _Group(group.number, list(group.paths), list(group.traces))
-        while left.traces and len(runs) < max_runs:
-            res = self.run(left, f"run{len(runs)}")
-            runs.append(res)
-            if res.output.result == "ok":
-                for p, t in zip(left.paths, left.traces, strict=True):
-                    verdicts[p] = FileVerdict(str(p), "accepted", len(t.steps))
-                left = _Group(group.number, [], [])
-                break
-            rejected = self.verdict(left, res, runs)
-            verdicts[Path(rejected.path)] = rejected
-        for p, t in zip(left.paths, left.traces, strict=True):
-            verdicts[p] = FileVerdict(str(p), "unchecked", len(t.steps))
+        todo = [_Group(group.number, list(group.paths), list(group.traces))]
+        while todo:
+            left = todo.pop(0)
+            while left.traces and len(runs) < max_runs:
+                res = self.run(left, f"run{len(runs)}")
+                runs.append(res)
+                if res.output.result == "ok":
+                    for p, t in zip(left.paths, left.traces, strict=True):
+                        verdicts[p] = FileVerdict(str(p), "accepted", len(t.steps))
+                    left = _Group(group.number, [], [])
+                    break
+                try:
+                    rejected = self.verdict(left, res, runs)
+                except TraceCheckError as exc:
+                    if len(left.traces) > 1:  # replay each alone: find the one at fault
+                        todo += [
+                            _Group(group.number, [p], [t])
+                            for p, t in zip(left.paths, left.traces, strict=True)
+                        ]
+                    else:
+                        p, t = left.paths[0], left.traces[0]
+                        verdicts[p] = FileVerdict(str(p), "error", len(t.steps), reason=str(exc))
+                    left = _Group(group.number, [], [])
+                    break
+                verdicts[Path(rejected.path)] = rejected
+            for p, t in zip(left.paths, left.traces, strict=True):
+                verdicts[p] = FileVerdict(str(p), "unchecked", len(t.steps))
+        for p, t in zip(group.paths, group.traces, strict=True):
+            verdicts.setdefault(p, FileVerdict(str(p), "unchecked", len(t.steps)))
+            if t.header.bug != "none":
+                verdicts[p].bug = t.header.bug
         return [verdicts[p] for p in group.paths], runs
 
 
@@ -185,15 +221,28 @@ def check_traces(
     jobs: int = 2,
     max_runs: int = 8,
     keep: bool = False,
+    allow_bug: bool = False,
+    limits: HeaderLimits | None = None,
 ) -> TraceCheckResult:
     """Validate trace files with TLC; a malformed file raises ``TraceFormatError``.
 
-    Up to ``jobs`` groups run at once; each group gets at most ``max_runs`` TLC runs.
-    The scratch directory is deleted when every trace is accepted (unless ``keep``).
+    A header naming an injected bug is refused unless ``allow_bug``; one whose constants
+    pass ``limits`` is refused too; both before TLC starts. Up to ``jobs`` groups run at
+    once; each group gets at most ``max_runs`` TLC runs. The scratch directory is deleted
+    when every trace is accepted (unless ``keep``).
     """
     if not paths:
         raise ModelError("no trace files given")
     traces = [read_trace(p) for p in paths]
+    limits = limits or HeaderLimits()
+    refused: dict[str, FileVerdict] = {}
+    for p, t in zip(paths, traces, strict=True):
+        why = header_problem(t.header, allow_bug=allow_bug, limits=limits)
+        if why is not None:
+            refused[str(Path(p))] = FileVerdict(str(Path(p)), "refused", len(t.steps), reason=why)
+    todo = [(Path(p), t) for p, t in zip(paths, traces, strict=True) if str(Path(p)) not in refused]
+    if not todo:
+        return _result(list(refused.values()), traces, [], [], None)
     install = install or ensure_tlc()
     tla = tla_dir or default_tla_dir()
     source = tla / INVARIANTS_FROM
@@ -201,25 +250,34 @@ def check_traces(
         raise ModelError(f"{source} is missing: it lists the invariants a trace must keep")
     invariants = cfgfile.invariants(source.read_text())
     replay = _Replay(install, tla, invariants)
-    groups = _groups(list(map(Path, paths)), traces)
+    groups = _groups([p for p, _ in todo], [t for _, t in todo])
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         done = list(pool.map(lambda g: replay.check(g, max_runs), groups))
-    by_path = {v.path: v for verdicts, _ in done for v in verdicts}
+    by_path = {v.path: v for verdicts, _ in done for v in verdicts} | refused
     runs = [r for _, rs in done for r in rs]
     files = [by_path[str(Path(p))] for p in paths]
-    accepted = all(f.verdict == "accepted" for f in files)
-    result = TraceCheckResult(
-        accepted=accepted,
+    result = _result(files, traces, runs, invariants, replay.root)
+    if result.accepted and not keep:
+        shutil.rmtree(replay.root, ignore_errors=True)
+        result.workdir = None
+    return result
+
+
+def _result(
+    files: list[FileVerdict],
+    traces: Sequence[Trace],
+    runs: list[TlcResult],
+    invariants: list[str],
+    root: Path | None,
+) -> TraceCheckResult:
+    return TraceCheckResult(
+        accepted=all(f.verdict == "accepted" for f in files),
         files=files,
         tlc_seconds=round(sum(r.seconds for r in runs), 3),
         tlc_runs=len(runs),
         steps=sum(len(t.steps) for t in traces),
         longest=max(len(t.steps) for t in traces),
         invariants=invariants,
-        workdir=str(replay.root),
+        workdir=str(root) if root is not None else None,
         logs=[str(r.log_path) for r in runs if r.output.result != "ok"],
     )
-    if accepted and not keep:
-        shutil.rmtree(replay.root, ignore_errors=True)
-        result.workdir = None
-    return result

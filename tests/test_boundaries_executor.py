@@ -1,0 +1,174 @@
+"""The reference executor's refusals at the exact edge: the last valid value is accepted,
+the first invalid one (often -1 or the size) is refused and changes nothing.
+
+``tests/test_executor_reference.py`` covers the refusals far outside; these pin the limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hisparse.executor import BadBatch, BadHostRead, BadPlan, BadTransfer, ResolveBatch
+from tests.test_executor_reference import SPEC, fresh, state
+
+
+def batch(**change: Any) -> ResolveBatch:
+    args: dict[str, Any] = {
+        "slots": np.array([0], np.int32),
+        "topk": np.array([[1, 2]], np.int32),
+        "resident_row": np.array([[-1, 0]], np.int32),
+        "host_row": np.array([[1, -1]], np.int32),
+        "step": 0,
+    }
+    args.update(change)
+    return ResolveBatch(**args)
+
+
+LAST_SLOT = SPEC.slots - 1
+LAST_RES = SPEC.resident_rows - 1
+LAST_HOST = SPEC.host_rows - 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"slots": np.array([LAST_SLOT], np.int32)},
+        {"resident_row": np.array([[-1, LAST_RES]], np.int32)},
+        {"host_row": np.array([[LAST_HOST, -1]], np.int32)},
+        {"host_row": np.array([[0, -1]], np.int32)},
+        {"topk": np.array([[-1, 2]], np.int32), "host_row": np.array([[-7, -1]], np.int32)},
+        {"step": 0},
+    ],
+)
+def test_batch_inside(change: dict[str, Any]) -> None:
+    ex, pools = fresh()
+    ex.resolve(pools, batch(**change))
+    assert pools.last_step == change.get("step", 0)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"slots": np.array([-1], np.int32)},
+        {"slots": np.array([SPEC.slots], np.int32)},
+        {"resident_row": np.array([[-1, LAST_RES + 1]], np.int32)},
+        {"resident_row": np.array([[-1, -2]], np.int32)},
+        {"host_row": np.array([[LAST_HOST + 1, -1]], np.int32)},
+        {"host_row": np.array([[-1, -1]], np.int32)},
+        {"topk": np.array([[-2, 2]], np.int32)},
+        {"topk": np.array([[1]], np.int32)},
+        {"slots": np.array([0, 0], np.int32)},
+        {"step": -1},
+        {"step": 1.5},
+    ],
+)
+def test_batch_outside(change: dict[str, Any]) -> None:
+    ex, pools = fresh()
+    before = state(pools)
+    with pytest.raises(BadBatch):
+        ex.resolve(pools, batch(**change))
+    assert state(pools) == before
+
+
+def test_step_must_grow_by_at_least_one() -> None:
+    ex, pools = fresh()
+    ex.resolve(pools, batch(step=4))
+    before = state(pools)
+    with pytest.raises(BadBatch, match="must exceed"):
+        ex.resolve(pools, batch(step=4))
+    assert state(pools) == before
+    ex.resolve(pools, batch(step=5))
+    assert pools.last_step == 5
+
+
+def test_empty_batch_is_accepted() -> None:
+    ex, pools = fresh()
+    empty = np.zeros((0, 2), np.int32)
+    r = ex.resolve(pools, batch(slots=np.zeros(0, np.int32), topk=empty, resident_row=empty,
+                                host_row=empty))
+    assert (r.resident_hits, r.hot_hits, r.misses) == (0, 0, 0)
+
+
+def plan(*rows: tuple[int, int]) -> np.ndarray[Any, np.dtype[np.int32]]:
+    return np.array(rows, np.int32).reshape(-1, 2)
+
+
+@pytest.mark.parametrize(
+    "p",
+    [plan((SPEC.resident_rows, 0)), plan((SPEC.device_rows - 1, LAST_HOST)), plan()],
+)
+def test_plan_inside(p: np.ndarray[Any, np.dtype[np.int32]]) -> None:
+    ex, pools = fresh()
+    ex.replay(pools, p)
+    for hot, src in p:
+        assert (pools.device[hot] == pools.host[src]).all()
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        plan((LAST_RES, 0)),
+        plan((SPEC.device_rows, 0)),
+        plan((SPEC.resident_rows, -1)),
+        plan((SPEC.resident_rows, LAST_HOST + 1)),
+        plan((SPEC.resident_rows, 0), (SPEC.resident_rows, 1)),
+        np.zeros((1, 3), np.int32),
+        np.zeros((1, 2), np.int64),
+    ],
+)
+def test_plan_outside(p: np.ndarray[Any, np.dtype[Any]]) -> None:
+    ex, pools = fresh()
+    before = state(pools)
+    with pytest.raises(BadPlan):
+        ex.replay(pools, p)
+    assert state(pools) == before
+
+
+def test_host_reads_at_the_edge() -> None:
+    ex, pools = fresh()
+    rows = ex.read_host_rows(pools, np.array([0, LAST_HOST]))
+    assert (rows == pools.host[[0, LAST_HOST]]).all()
+    for bad in ([-1], [LAST_HOST + 1], [0.5]):
+        with pytest.raises(BadHostRead):
+            ex.read_host_rows(pools, np.array(bad))
+
+
+def test_spill_coordinates_at_the_edge() -> None:
+    ex, pools = fresh()
+    ex.enqueue_spill(pools, 0, SPEC.gpu_blocks - 1, SPEC.host_blocks - 1)
+    assert ex.queued() == [0]
+    before = state(pools)
+    for tid, src, dst in ((1, SPEC.gpu_blocks, 0), (1, 0, SPEC.host_blocks), (1, 0, -1),
+                          (1.0, 0, 0)):
+        with pytest.raises(BadTransfer):
+            ex.enqueue_spill(pools, tid, src, dst)  # type: ignore[arg-type]
+        assert state(pools) == before and ex.queued() == [0]
+    ex.release()
+    assert ex.completed() == [0]
+    start = SPEC.host_row(SPEC.host_blocks - 1, 0)
+    res = SPEC.resident_row(SPEC.gpu_blocks - 1, 0)
+    bt = SPEC.block_tokens
+    assert (pools.host[start : start + bt] == pools.device[res : res + bt]).all()
+
+
+def test_device_rows_and_slots_at_the_edge() -> None:
+    ex, pools = fresh()
+    data = np.full((1, SPEC.row_bytes), 7, np.uint8)
+    ex.write_device_rows(pools, np.array([SPEC.device_rows - 1]), data)
+    assert (pools.device[SPEC.device_rows - 1] == 7).all()
+    before = state(pools)
+    with pytest.raises(BadPlan):
+        ex.write_device_rows(pools, np.array([-1]), data)
+    assert state(pools) == before
+    ex.write_device_rows(pools, np.array([0]), data)  # the first row is a row too
+    assert (pools.device[0] == 7).all()
+    ex.resolve(pools, batch(slots=np.array([0], np.int32)))
+    assert (pools.hot_tag[0] != -1).any()
+    ex.reset_slot(pools, 0)
+    assert (pools.hot_tag[0] == -1).all() and (pools.hot_stamp[0] == -1).all()
+    ex.reset_slot(pools, LAST_SLOT)
+    with pytest.raises(BadBatch):
+        ex.reset_slot(pools, -1)

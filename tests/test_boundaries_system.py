@@ -1,0 +1,430 @@
+"""Coordinator, worker and connector refusals at their boundaries, and host eviction.
+
+Every refusal is typed and leaves the protocol state, HMA's pool, the worker's tables,
+queued copies and counters as they were. Host eviction is asserted directly: the
+victim is the least recently published unreferenced page, never a referenced one.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hisparse.blockpool import BlockPool
+from hisparse.config import GIB, HiSparseConfig
+from hisparse.connector import HiSparseConnector, KVConnectorRole, MalformedMetadata
+from hisparse.coordinator import HiSparseCoordinator
+from hisparse.executor.reference import ReferenceExecutor
+from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
+from hisparse.spec.messages import (
+    BlockTableReplacement,
+    HiSparseConnectorMetadata,
+    HiSparseWorkerMeta,
+    SparseKVPageTransfer,
+)
+from hisparse.worker import HiSparseWorker, WorkerError
+
+BT, ROW = 4, 16  # block tokens, row bytes
+
+
+def config(host_blocks: int, layers: int = 1, leaders: tuple[int, ...] | None = None) -> HiSparseConfig:
+    return HiSparseConfig(
+        host_pool_gib=host_blocks * BT * ROW * layers / GIB, block_tokens=BT, row_bytes=ROW,
+        top_k=4, layers=layers, index_leaders=leaders,
+    )
+
+
+def coordinator(host_blocks: int = 2, gpu_blocks: int = 4) -> HiSparseCoordinator:
+    c = HiSparseCoordinator(config(host_blocks), BlockPool(gpu_blocks), gpu_blocks=gpu_blocks,
+                            check=True)
+    for r in ("a", "b", "c", "d"):
+        c.add_request(r, [f"k{r}"])
+    c.add_request("ab", ["ka", "kb2"])
+    return c
+
+
+def snap(c: HiSparseCoordinator) -> Any:
+    """The protocol state, HMA's pool and every bookkeeping field of the coordinator."""
+    kv = c.kv
+    assert isinstance(kv, BlockPool)
+    own = {k: v for k, v in vars(c).items() if k not in ("kv", "config", "machine")}
+    return (
+        c.state.clone(),
+        sorted(kv._free), list(kv._is_free), set(kv._pinned),
+        copy.deepcopy(own),
+    )
+
+
+def refused(c: HiSparseCoordinator, call: Any, error: type[Exception] = ProtocolError) -> None:
+    before = snap(c)
+    with pytest.raises(error):
+        call()
+    assert snap(c) == before
+
+
+def ack(c: HiSparseCoordinator, enq: tuple[int, ...] = (), done: tuple[int, ...] = ()) -> None:
+    c.take_commands()
+    c.on_worker_meta(HiSparseWorkerMeta(enqueued=enq, completed=done))
+
+
+def spilled(c: HiSparseCoordinator, r: str) -> int:
+    """Admit r, spill its first page and ack it fully; returns the host block."""
+    assert c.admit(r) is not None
+    tid = c.spill((r, 1))
+    assert tid is not None
+    ack(c, (tid,), (tid,))
+    return c.state.transfer_dst[tid]
+
+
+# --- coordinator -----------------------------------------------------------------------------
+
+
+def test_admit_unknown_request_is_typed() -> None:
+    c = coordinator()
+    refused(c, lambda: c.admit("nobody"))
+
+
+def test_admit_without_blocks_changes_nothing() -> None:
+    c = coordinator(gpu_blocks=1)
+    before = snap(c)
+    assert c.admit("ab") is None  # needs two, one free
+    assert snap(c) == before
+    assert c.admit("a") is not None  # needs exactly the one free block
+
+
+def test_admit_refused_by_the_machine_hands_the_blocks_back() -> None:
+    c = coordinator()
+    c.admit("a")
+    refused(c, lambda: c.admit("a"), ActionNotEnabled)  # already running
+
+
+def test_admit_reports_prefix_hits() -> None:
+    c = coordinator()
+    h = spilled(c, "a")
+    c.finish("a")
+    adm = c.admit("ab")
+    assert adm is not None and adm.prefix_hits == 1 and c.prefix_hits == 1
+    assert adm.table == (("host", h), ("gpu", 0))
+
+
+def _open_spill(c: HiSparseCoordinator, r: str = "a") -> int:
+    c.admit(r)
+    tid = c.spill((r, 1))
+    assert tid is not None
+    return tid
+
+
+@pytest.mark.parametrize(
+    ("enq", "done"),
+    [((7,), ()), ((), (7,)), ((), (0,)), ((0,), (1,)), ((-1,), ())],
+)
+def test_worker_meta_with_bad_ids_is_refused(enq: tuple[int, ...], done: tuple[int, ...]) -> None:
+    c = coordinator()
+    assert _open_spill(c) == 0
+    c.take_commands()
+    meta = HiSparseWorkerMeta.model_construct(enqueued=enq, completed=done)
+    refused(c, lambda: c.on_worker_meta(meta), UnknownTransfer)
+
+
+@pytest.mark.parametrize(
+    ("enq", "done"), [((0, 0), ()), ((0,), (0, 0))], ids=["enqueued", "completed"]
+)
+def test_duplicate_ids_in_one_direction_are_refused(
+    enq: tuple[int, ...], done: tuple[int, ...]
+) -> None:
+    c = coordinator()
+    _open_spill(c)
+    c.take_commands()
+    meta = HiSparseWorkerMeta.model_construct(enqueued=enq, completed=done)
+    refused(c, lambda: c.on_worker_meta(meta), UnknownTransfer)
+
+
+def test_ack_for_a_transfer_never_handed_to_the_connector_is_refused() -> None:
+    c = coordinator()
+    tid = _open_spill(c)
+    refused(c, lambda: c.on_worker_meta(HiSparseWorkerMeta(enqueued=(tid,))), UnknownTransfer)
+    c.take_commands()
+    c.on_worker_meta(HiSparseWorkerMeta(enqueued=(tid,)))  # inside: it was sent
+
+
+def test_acks_in_order_across_metas() -> None:
+    c = coordinator()
+    tid = _open_spill(c)
+    c.take_commands()
+    c.on_worker_meta(HiSparseWorkerMeta(enqueued=(tid,)))
+    refused(c, lambda: c.on_worker_meta(HiSparseWorkerMeta(enqueued=(tid,))), UnknownTransfer)
+    c.on_worker_meta(HiSparseWorkerMeta(completed=(tid,)))
+    refused(c, lambda: c.on_worker_meta(HiSparseWorkerMeta(completed=(tid,))), UnknownTransfer)
+    h = c.state.transfer_dst[tid]
+    assert c.state.host_state[h] == "valid"
+    _, reps = c.take_commands()
+    assert reps == (BlockTableReplacement(request_id="a", page_index=1, host_block=h),)
+    assert c.kv.num_free == 4  # the source lease went back at the enqueued ack
+
+
+def test_empty_meta_is_a_no_op() -> None:
+    c = coordinator()
+    _open_spill(c)
+    before = snap(c)
+    c.on_worker_meta(HiSparseWorkerMeta())
+    assert snap(c) == before
+
+
+def test_evicts_the_least_recently_published_unreferenced_page() -> None:
+    c = coordinator(host_blocks=2)
+    ha = spilled(c, "a")  # published first
+    hb = spilled(c, "b")  # published second
+    c.finish("b")
+    c.finish("a")  # finishing order does not matter; publish order does
+    assert c.state.host_used == 2
+    assert c.admit("c") is not None
+    tid = c.spill(("c", 1))
+    assert tid is not None
+    assert c.state.transfer_dst[tid] == ha
+    assert c.state.prefix["ka"] == set()
+    assert c.state.prefix["kb"] == {hb} and c.state.host_state[hb] == "valid"
+
+
+def test_never_evicts_a_referenced_page() -> None:
+    c = coordinator(host_blocks=2)
+    ha = spilled(c, "a")  # older, but a still reads it
+    hb = spilled(c, "b")
+    c.finish("b")
+    assert c.admit("c") is not None
+    tid = c.spill(("c", 1))
+    assert tid is not None and c.state.transfer_dst[tid] == hb
+    assert c.state.host_state[ha] == "valid" and c.state.prefix["ka"] == {ha}
+    # nothing unreferenced is left: the spill is declined and changes nothing
+    assert c.admit("d") is not None
+    before = snap(c)
+    assert c.spill(("d", 1)) is None
+    assert snap(c) == before
+    assert c.reclaim(1) == 0
+
+
+def test_discarded_page_returns_to_the_free_list() -> None:
+    c = coordinator(host_blocks=2)
+    tid = _open_spill(c, "a")
+    h = c.state.transfer_dst[tid]
+    c.abort("a")
+    ack(c, (tid,), (tid,))
+    assert c.state.host_state[h] == "free" and c.state.host_used == 0
+    assert c.kv.num_free == 4
+    assert c.admit("b") is not None
+    t2 = c.spill(("b", 1))
+    assert t2 is not None and c.state.transfer_dst[t2] == h  # lowest free block again
+
+
+def test_reclaim_stops_at_the_asked_count() -> None:
+    c = coordinator(host_blocks=3)
+    c.admit("ab")
+    c.admit("c")
+    assert c.reclaim(0) == 0
+    assert c.reclaim(2) == 2
+    assert c.spills == 2
+    assert c.spillable() == [("ab", 2)]  # oldest declared request first: c, then ab
+
+
+# --- worker ------------------------------------------------------------------------------------
+
+
+def worker(layers: int = 1, leaders: tuple[int, ...] | None = None) -> HiSparseWorker:
+    return HiSparseWorker(config(3, layers, leaders), ReferenceExecutor(), gpu_blocks=4, slots=2)
+
+
+def wsnap(w: HiSparseWorker) -> Any:
+    ex = w.executor
+    assert isinstance(ex, ReferenceExecutor)
+    pools = [ex.snapshot(h.runtime.pools) for h in w.handles]  # type: ignore[arg-type]
+    return (
+        copy.deepcopy(w.tables), list(w._enqueued), w.d2h_bytes, ex.queued(),
+        list(w._free_slots), [{k: v.tobytes() for k, v in p.items()} for p in pools],
+    )
+
+
+def wrefused(w: HiSparseWorker, call: Any) -> None:
+    before = wsnap(w)
+    with pytest.raises(WorkerError):
+        call()
+    assert wsnap(w) == before
+
+
+def transfer(tid: int, src: int, dst: int) -> HiSparseConnectorMetadata:
+    t = SparseKVPageTransfer.model_construct(transfer_id=tid, src_gpu_block=src, dst_host_block=dst)
+    return HiSparseConnectorMetadata.model_construct(transfers=(t,), replacements=())
+
+
+def replacement(r: str, i: int, h: int) -> HiSparseConnectorMetadata:
+    rep = BlockTableReplacement.model_construct(request_id=r, page_index=i, host_block=h)
+    return HiSparseConnectorMetadata.model_construct(transfers=(), replacements=(rep,))
+
+
+@pytest.mark.parametrize(("src", "dst"), [(-1, 0), (4, 0), (0, -1), (0, 3)])
+def test_worker_transfer_outside(src: int, dst: int) -> None:
+    w = worker()
+    wrefused(w, lambda: w.apply(transfer(0, src, dst)))
+
+
+def test_worker_transfer_inside_and_byte_accounting() -> None:
+    w = worker(layers=3, leaders=(0, 0, 2))
+    w.apply(transfer(5, 3, 2))  # the last GPU block to the last host block
+    assert w.executor.queued() == [5]
+    assert w.d2h_bytes == BT * ROW * 3  # one block per cache, followers included
+    assert w.take_acks() == ((5,), ())
+    assert w.take_acks() == ((), ())
+
+
+@pytest.mark.parametrize(("i", "h"), [(0, 0), (3, 0), (1, -1), (1, 3)])
+def test_worker_replacement_outside(i: int, h: int) -> None:
+    w = worker()
+    w.admit("r", [("gpu", 0), ("gpu", 1)])
+    wrefused(w, lambda: w.apply(replacement("r", i, h)))
+
+
+def test_worker_replacement_inside() -> None:
+    w = worker()
+    w.admit("r", [("gpu", 0), ("gpu", 1)])
+    w.apply(replacement("r", 2, 2))
+    assert w.tables.tables["r"] == [("gpu", 0), ("host", 2)]
+    w.apply(replacement("gone", 9, 9))  # a finished request's entry needs no update
+    assert "gone" not in w.tables.tables
+
+
+def test_worker_slots() -> None:
+    w = worker()
+    assert w.admit("r", [("gpu", 0)]) == 0
+    wrefused(w, lambda: w.admit("r", [("gpu", 1)]))
+    assert w.admit("s", [("gpu", 1)]) == 1
+    wrefused(w, lambda: w.admit("t", [("gpu", 2)]))  # both slots taken
+    w.release("r")
+    assert "r" not in w.tables.tables and "r" not in w.tables.slots
+    w.release("r")  # releasing twice is harmless
+    assert w.admit("t", [("gpu", 2)]) == 0
+    assert w.tables.slots == {"s": 1, "t": 0}
+
+
+def test_batch_maps_resident_and_host_pages_to_rows() -> None:
+    w = worker()
+    w.admit("r", [("gpu", 0), ("host", 2), ("gpu", 3)])
+    pos = np.array([0, BT - 1, BT, 2 * BT + 1, -1], np.int32)
+    b = w.batch({"r": pos}, step=0)
+    spec = w.spec
+    assert b.resident_row.tolist() == [[
+        spec.resident_row(0, 0), spec.resident_row(0, BT - 1), -1, spec.resident_row(3, 1), -1
+    ]]
+    assert b.host_row.tolist() == [[-1, -1, spec.host_row(2, 0), -1, -1]]
+    assert b.slots.tolist() == [0] and b.step == 0
+
+
+def test_a_reused_slot_starts_clean() -> None:
+    w = worker()
+    w.admit("r", [("host", 0)])
+    w.decode({0: {"r": np.arange(BT, dtype=np.int32)}}, step=0)
+    pools = w.handles[0].runtime.pools
+    assert (pools.hot_tag[0] != -1).any()
+    w.release("r")
+    assert w.admit("s", [("host", 1)]) == 0
+    assert (pools.hot_tag[0] == -1).all() and (pools.hot_stamp[0] == -1).all()
+
+
+def test_followers_replay_their_leaders_plan() -> None:
+    w = worker(layers=2, leaders=(0, 0))
+    lead, follow = (h.runtime.pools for h in w.handles)
+    follow.host[:] = 9  # the follower's own bytes, unlike the leader's zeros
+    w.admit("r", [("host", 0)])
+    res = w.decode({0: {"r": np.arange(BT, dtype=np.int32)}}, step=0)
+    plan = res.results[0].plan
+    assert len(plan) == BT
+    assert (follow.device[plan[:, 0]] == 9).all()
+    assert (lead.device[plan[:, 0]] == 0).all()
+
+
+def test_follower_h2d_bytes_count_every_replay() -> None:
+    w = worker(layers=3, leaders=(0, 0, 2))
+    w.admit("r", [("host", 0)])
+    topk = {"r": np.arange(BT, dtype=np.int32)}
+    res = w.decode({0: topk, 2: topk}, step=0)
+    assert res.misses == 2 * BT  # two leaders, every position a miss
+    assert res.followers == {0: 1}
+    assert res.h2d_bytes == BT * ROW * (2 + 1)  # leader 0 + its follower, leader 2
+    assert res.resident_hits == 0 and res.hot_hits == 0
+
+
+# --- connector ---------------------------------------------------------------------------------
+
+
+def test_connector_roles() -> None:
+    c = coordinator()
+    w = worker()
+    with pytest.raises(ValueError):
+        HiSparseConnector(KVConnectorRole.SCHEDULER)
+    with pytest.raises(ValueError):
+        HiSparseConnector(KVConnectorRole.WORKER)
+    with pytest.raises(ValueError):
+        HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=c, worker=w)
+    sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=c)
+    work = HiSparseConnector(KVConnectorRole.WORKER, worker=w)
+    with pytest.raises(RuntimeError):
+        sched.bind_connector_metadata(HiSparseConnectorMetadata())
+    with pytest.raises(RuntimeError):
+        sched.get_worker_meta()
+    with pytest.raises(RuntimeError):
+        work.build_connector_meta()
+    with pytest.raises(RuntimeError):
+        work.update_connector_output(HiSparseWorkerMeta())
+    sched.bind_connector_metadata(None)  # nothing to bind is no call on either side
+    work.update_connector_output(None)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"{", b'{"enqueued": [-1]}', b'{"enqueued": [1, 1]}', b'{"extra": 1}',
+     b'{"completed": ["1"]}'],
+)
+def test_malformed_worker_meta_bytes(raw: bytes) -> None:
+    c = coordinator()
+    _open_spill(c)
+    conn = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=c)
+    refused(c, lambda: conn.update_connector_output(raw), MalformedMetadata)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"[]", b'{"transfers": [{"transfer_id": 0, "src_gpu_block": -1, "dst_host_block": 0}]}',
+     b'{"replacements": [{"request_id": "", "page_index": 1, "host_block": 0}]}',
+     b'{"replacements": [{"request_id": "r", "page_index": 0, "host_block": 0}]}'],
+)
+def test_malformed_connector_metadata_bytes(raw: bytes) -> None:
+    w = worker()
+    conn = HiSparseConnector(KVConnectorRole.WORKER, worker=w)
+    before = wsnap(w)
+    with pytest.raises(MalformedMetadata):
+        conn.bind_connector_metadata(raw)
+    assert wsnap(w) == before
+
+
+def test_connector_round_trip_through_bytes() -> None:
+    c = coordinator()
+    w = worker()
+    sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=c)
+    work = HiSparseConnector(KVConnectorRole.WORKER, worker=w)
+    assert work.get_worker_meta() is None
+    adm = c.admit("a")
+    assert adm is not None
+    w.admit("a", adm.table)
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    meta = sched.build_connector_meta()
+    assert meta is not None
+    work.bind_connector_metadata(meta.model_dump_json().encode())
+    up = work.get_worker_meta()
+    assert up is not None and up.enqueued == (tid,) and up.completed == ()
+    sched.update_connector_output(up.model_dump_json().encode())
+    assert c.kv.num_free == 4
+    meta = sched.build_connector_meta()  # the replacement goes down
+    assert meta is not None and meta.transfers == () and len(meta.replacements) == 1
+    work.bind_connector_metadata(meta)
+    assert w.tables.tables["a"] == [("host", c.state.transfer_dst[tid])]

@@ -1,0 +1,70 @@
+"""Tests generated from the model: every transition of ``tla/MC_gen``'s state graph is
+replayed on the Python machine (marker ``tlc`` where TLC runs), and the replay is shown
+to catch a Python machine that deviates from the spec."""
+
+from __future__ import annotations
+
+import pytest
+
+from hisparse import conformance
+from hisparse.conformance import ReplayMismatch, StateGraph, dump_graph, replay_graph
+from hisparse.spec.state import ProtocolConfig
+from hisparse.tlc import TlcInstall
+from hisparse.tlc.value import Fn, ModelValue, ValueSyntaxError, parse_state, parse_value
+
+
+@pytest.fixture(scope="module")
+def graph(tlc: TlcInstall) -> StateGraph:
+    return dump_graph(install=tlc)
+
+
+@pytest.mark.tlc
+def test_every_transition_of_the_model_replays_on_python(graph: StateGraph) -> None:
+    r = replay_graph(graph)
+    assert r.states == len(graph.states) == 2568
+    assert r.transitions + r.stutters == len(graph.edges)
+    assert set(r.by_action) == {
+        "Arrive", "Finish", "Abort", "StartSpill", "EvictHost", "WorkerEnqueue",
+        "WorkerComplete", "WorkerReport", "ConsumeMeta",
+    }
+    assert r.depth >= 15 and r.behaviours > r.transitions
+    print(f"MC_gen: {r.states} states, {r.transitions} transitions, depth {r.depth}, "
+          f"{r.behaviours} behaviours")
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize(
+    ("bug", "action"),
+    [("abort_keeps_resident_blocks", "Abort"), ("evict_keeps_index", "EvictHost"),
+     ("publish_at_enqueued", "ConsumeMeta")],
+)
+def test_a_deviating_python_machine_is_caught(
+    graph: StateGraph, monkeypatch: pytest.MonkeyPatch, bug: str, action: str
+) -> None:
+    c = conformance.GEN_CONFIG
+    monkeypatch.setattr(
+        conformance, "GEN_CONFIG", ProtocolConfig(**{**c.model_dump(), "bug": bug})
+    )
+    with pytest.raises(ReplayMismatch, match=action):
+        replay_graph(graph)
+
+
+def test_parse_values() -> None:
+    assert parse_value('<<"a", 1>>') == ("a", 1)
+    assert parse_value("{}") == frozenset()
+    assert parse_value("(k1 :> {} @@ k2 :> {h1})") == {"k1": frozenset(), "k2": frozenset({"h1"})}
+    rec = parse_value('[src |-> g1, page |-> <<"nopage", 0>>, phase |-> "none"]')
+    assert isinstance(rec, Fn) and rec["src"] == "g1" and isinstance(rec["src"], ModelValue)
+    assert not isinstance(rec["phase"], ModelValue)
+    assert parse_value("{[src |-> g1, dst |-> h2]}") == frozenset({Fn(src="g1", dst="h2")})
+    assert parse_value("TRUE") is True and parse_value("-3") == -3
+    assert parse_value('<<[enq |-> {h1}, done |-> {}]>>') == (Fn(enq=frozenset({"h1"}), done=frozenset()),)
+    for bad in ("<<1", "[a |-> ]", "1 2", "?"):
+        with pytest.raises(ValueSyntaxError):
+            parse_value(bad)
+
+
+def test_parse_state_spans_lines() -> None:
+    s = parse_state('/\\ loc = ( <<r1, 1>> :> <<"gpu", g1>> @@\n  <<r2, 1>> :> <<"nowhere", "nowhere">> )\n/\\ up = <<>>')
+    assert s["loc"] == {("r1", 1): ("gpu", "g1"), ("r2", 1): ("nowhere", "nowhere")}
+    assert s["up"] == ()

@@ -1,0 +1,349 @@
+"""Each Python invariant twin, shown live on its own.
+
+A twin that is weakened or emptied must fail a test even when another twin would
+catch the same defect. So every defect here is checked against *all* twins at once:
+the exact set that fails is asserted, and every twin has a defect it alone catches.
+The defects are a clean reachable state with one field corrupted, and the injected
+bugs' own scenarios.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from hisparse.bugs import BUGS
+from hisparse.spec.errors import InvariantViolation
+from hisparse.spec.invariants import INVARIANTS, PROPERTIES, TypeOK, check_invariants
+from hisparse.spec.machine import ProtocolMachine
+from hisparse.spec.state import HostBlock, ProtocolConfig, ProtocolState, Spill, Transfer
+from tests.protocol_helpers import full_spill, make_machine
+from tests.test_protocol_bugs import SCENARIOS
+
+
+def failing(s: ProtocolState) -> set[str]:
+    """Every safety twin that reports a problem in ``s``."""
+    return {name for name, inv in INVARIANTS.items() if inv(s)}
+
+
+def base() -> tuple[ProtocolMachine, int]:
+    """A clean state with every kind of entry: a sent spill, a published page, a hit.
+
+    r0's page 2 is spilled and published on host 1 (its entry points there); r0's page 1
+    on GPU 0 is being spilled to host 0 (sent, pinned); r3 is resident on GPU 2.
+    """
+    m = make_machine()
+    m.Arrive("r0")  # GPU 0, 1
+    m.Arrive("r3")  # GPU 2
+    full_spill(m, ("r0", 2), 1)
+    tid = m.StartSpill(("r0", 1), 0)
+    assert failing(m.state) == set()
+    return m, tid
+
+
+Corruption = Callable[[ProtocolState, int], None]
+
+
+def _set_req(s: ProtocolState, _: int) -> None:
+    s.req["r1"] = "bogus"  # type: ignore[assignment]
+
+
+def _gpu_loc_holds_host_id(s: ProtocolState, _: int) -> None:
+    s.loc[("r3", 1)] = ("gpu", HostBlock(2))
+
+
+def _host_loc_holds_gpu_index(s: ProtocolState, _: int) -> None:
+    s.loc[("r1", 1)] = ("host", 1)
+
+
+def _host_loc_out_of_range(s: ProtocolState, _: int) -> None:
+    s.loc[("r1", 1)] = ("host", HostBlock(s.config.host_blocks))
+
+
+def _gpu_loc_negative(s: ProtocolState, _: int) -> None:
+    s.loc[("r1", 1)] = ("gpu", -1)
+
+
+def _owner_unknown_page(s: ProtocolState, _: int) -> None:
+    s.gpu_owner[1] = ("r1", 5)
+
+
+def _gpu_data_bogus(s: ProtocolState, _: int) -> None:
+    s.gpu_data[1] = "bogus"
+
+
+def _host_state_bogus(s: ProtocolState, _: int) -> None:
+    s.host_state[3] = "bogus"  # type: ignore[call-overload]
+
+
+def _spill_src_out_of_range(s: ProtocolState, tid: int) -> None:
+    s.host_state[3] = "leased"
+    s.spill[3] = Spill(s.config.gpu_blocks, ("r3", 1), "enqueued", tid + 1)
+
+
+def _spill_unknown_page(s: ProtocolState, tid: int) -> None:
+    s.host_state[3] = "leased"
+    s.spill[3] = Spill(2, ("r3", 9), "enqueued", tid + 1)
+
+
+def _host_data_bogus(s: ProtocolState, _: int) -> None:
+    s.host_data[3] = "bogus"
+
+
+def _copying_bogus(s: ProtocolState, _: int) -> None:
+    s.copying[0] = "bogus"
+
+
+def _transfer_src_out_of_range(s: ProtocolState, tid: int) -> None:
+    s.down[tid] = Transfer(tid, s.config.gpu_blocks, 0)
+
+
+def _transfer_dst_out_of_range(s: ProtocolState, tid: int) -> None:
+    s.down[tid] = Transfer(tid, 0, s.config.host_blocks)
+
+
+def _gpu_leased_to_page_elsewhere(s: ProtocolState, _: int) -> None:
+    s.gpu_owner[1] = ("r3", 1)  # r3's entry says GPU 2, which it also owns
+
+
+def _two_pages_one_gpu_block(s: ProtocolState, _: int) -> None:
+    s.loc[("r1", 1)] = ("gpu", 2)  # r1 is not running: only the double lease is wrong
+
+
+def _in_flight_host_block_free(s: ProtocolState, _: int) -> None:
+    s.host_state[0] = "free"
+
+
+def _copy_into_free_block(s: ProtocolState, _: int) -> None:
+    s.copying[3] = "k2"
+
+
+def _ack_names_free_block(s: ProtocolState, tid: int) -> None:
+    s.transfer_dst[tid + 7] = 3
+    s.w_done.append(tid + 7)
+
+
+def _pin_without_transfer(s: ProtocolState, _: int) -> None:
+    s.src_pin[2] = True
+
+
+def _lease_without_transfer(s: ProtocolState, _: int) -> None:
+    s.host_state[3] = "leased"
+
+
+def _source_unpinned_before_enqueued(s: ProtocolState, _: int) -> None:
+    s.src_pin[0] = False
+
+
+def _published_while_in_flight(s: ProtocolState, _: int) -> None:
+    s.host_state[0] = "valid"
+    s.host_data[0] = "k0"
+
+
+def _index_names_wrong_key(s: ProtocolState, _: int) -> None:
+    s.prefix["k2"] = {1}
+
+
+def _running_page_without_block(s: ProtocolState, _: int) -> None:
+    s.loc[("r3", 1)] = None
+
+
+def _running_page_reads_wrong_host_bytes(s: ProtocolState, _: int) -> None:
+    s.prefix["k1"] = set()  # the page is unpublished: only the reader sees it
+    s.host_state[1] = "leased"
+    s.spill[1] = Spill(1, ("r0", 2), "enqueued", 99)
+    s.host_data[1] = "k2"
+
+
+def _pool_shrunk(s: ProtocolState, _: int) -> None:
+    c = s.config
+    s.config = ProtocolConfig(
+        gpu_blocks=c.gpu_blocks,
+        host_pool_bytes=c.host_block_bytes,
+        host_block_bytes=c.host_block_bytes,
+        host_blocks=c.host_blocks,
+    )
+
+
+# corruption -> the exact set of twins that must report it
+CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
+    "req_state": (_set_req, {"TypeOK"}),
+    "gpu_loc_holds_host_id": (_gpu_loc_holds_host_id, {"TypeOK"}),
+    "host_loc_holds_gpu_index": (_host_loc_holds_gpu_index, {"TypeOK"}),
+    "host_loc_out_of_range": (_host_loc_out_of_range, {"TypeOK"}),
+    "gpu_loc_negative": (_gpu_loc_negative, {"TypeOK"}),
+    "owner_unknown_page": (_owner_unknown_page, {"TypeOK"}),
+    "gpu_data_bogus": (_gpu_data_bogus, {"TypeOK"}),
+    "host_state_bogus": (_host_state_bogus, {"TypeOK"}),
+    "spill_src_out_of_range": (_spill_src_out_of_range, {"TypeOK"}),
+    "spill_unknown_page": (_spill_unknown_page, {"TypeOK"}),
+    "host_data_bogus": (_host_data_bogus, {"TypeOK"}),
+    "copying_bogus": (_copying_bogus, {"TypeOK"}),
+    "transfer_src_out_of_range": (_transfer_src_out_of_range, {"TypeOK"}),
+    "transfer_dst_out_of_range": (_transfer_dst_out_of_range, {"TypeOK"}),
+    "two_pages_one_gpu_block": (_two_pages_one_gpu_block, {"NoDoubleOwnership"}),
+    "in_flight_host_block_free": (_in_flight_host_block_free, {"NoDoubleOwnership"}),
+    "copy_into_free_block": (_copy_into_free_block, {"NoDoubleOwnership"}),
+    "ack_names_free_block": (_ack_names_free_block, {"NoDoubleOwnership"}),
+    "pin_without_transfer": (_pin_without_transfer, {"NoLeaseLeaked"}),
+    "lease_without_transfer": (_lease_without_transfer, {"NoLeaseLeaked"}),
+    "source_unpinned_before_enqueued": (_source_unpinned_before_enqueued, {"NoReuseBeforeEnqueued"}),
+    "published_while_in_flight": (_published_while_in_flight, {"NoPublishBeforeComplete"}),
+    "index_names_wrong_key": (_index_names_wrong_key, {"PublishedDataCorrect"}),
+    "running_page_without_block": (_running_page_without_block, {"LivePagesReadable"}),
+    "gpu_leased_to_page_elsewhere": (_gpu_leased_to_page_elsewhere, {"LivePagesReadable"}),
+    "running_page_reads_wrong_host_bytes": (
+        _running_page_reads_wrong_host_bytes,
+        {"LivePagesReadable"},
+    ),
+    "pool_shrunk": (_pool_shrunk, {"HostPoolNotOvercommitted"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_corruption_is_caught_by_exactly_its_twins(name: str) -> None:
+    corrupt, expected = CORRUPTIONS[name]
+    m, tid = base()
+    corrupt(m.state, tid)
+    assert failing(m.state) == expected
+    with pytest.raises(InvariantViolation) as err:
+        check_invariants(m.state)
+    assert err.value.name == min(expected, key=list(INVARIANTS).index)
+
+
+@pytest.mark.parametrize("h", [-1, 4])
+def test_prefix_naming_a_block_outside_the_pool_is_a_type_error(h: int) -> None:
+    """Only TypeOK can say it: the later twins index the pool with it (and -1 wraps)."""
+    m, _ = base()
+    m.state.prefix["k2"] = {h}
+    assert TypeOK(m.state) == [f"prefix index of k2 names blocks [{h}]"]
+    with pytest.raises(InvariantViolation) as err:
+        check_invariants(m.state)
+    assert err.value.name == "TypeOK"
+
+
+def test_every_twin_alone_catches_some_corruption() -> None:
+    alone = {next(iter(e)) for _, e in CORRUPTIONS.values() if len(e) == 1}
+    assert alone == set(INVARIANTS)
+
+
+# Each invariant bug's scenario, evaluated against every twin in the violating state.
+BUG_FAILS: dict[str, set[str]] = {
+    "host_id_as_gpu_index": {"TypeOK", "LivePagesReadable"},
+    "double_allocation": {"NoDoubleOwnership", "LivePagesReadable"},
+    "abort_frees_inflight_host": {"NoDoubleOwnership", "NoLeaseLeaked"},
+    "enqueued_ack_keeps_pin": {"NoLeaseLeaked"},
+    "release_source_at_send": {"NoReuseBeforeEnqueued", "LivePagesReadable"},
+    "publish_at_enqueued": {"NoPublishBeforeComplete", "PublishedDataCorrect"},
+    "evict_keeps_index": {"PublishedDataCorrect"},
+    "evict_referenced_host": {"LivePagesReadable"},
+    "round_up_pool": {"HostPoolNotOvercommitted"},
+}
+
+
+@pytest.mark.parametrize("bug", [b for b in BUGS if b.kind == "invariant"], ids=lambda b: b.name)
+def test_bug_state_fails_exactly_the_expected_twins(
+    bug: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hisparse.bugs import InjectedBug
+    from hisparse.spec import machine as machine_module
+
+    assert isinstance(bug, InjectedBug)
+    seen: list[set[str]] = []  # the failing twins after each step, as it happened
+
+    def spy(s: ProtocolState) -> None:
+        seen.append(failing(s))
+        check_invariants(s)
+
+    monkeypatch.setattr(machine_module, "check_invariants", spy)
+    with pytest.raises(InvariantViolation) as err:
+        SCENARIOS[bug.name](bug.name)
+    assert err.value.name == bug.catches
+    assert seen[-1] == BUG_FAILS[bug.name]
+    assert all(f == set() for f in seen[:-1])  # every earlier step was clean
+
+
+@pytest.mark.parametrize("bug", [b for b in BUGS if b.kind == "property"], ids=lambda b: b.name)
+def test_property_bug_fails_its_property_and_no_invariant(bug: object) -> None:
+    from hisparse.bugs import InjectedBug
+
+    assert isinstance(bug, InjectedBug)
+    m = SCENARIOS[bug.name](bug.name)
+    assert m.enabled() == []
+    assert failing(m.state) == set()
+    assert PROPERTIES[bug.catches](m.state)
+    clean = SCENARIOS[bug.name]("none")
+    clean.drain()
+    assert {n for n, p in PROPERTIES.items() if p(clean.state)} == set()
+
+
+def _drained() -> ProtocolMachine:
+    """Quiescent: r0's first page spilled and published, r3 aborted, nothing in flight."""
+    m = make_machine()
+    m.Arrive("r0")
+    m.Arrive("r3")
+    full_spill(m, ("r0", 1), 0)
+    m.Abort("r3")
+    m.drain()
+    assert m.enabled() == []
+    assert {n for n, p in PROPERTIES.items() if p(m.state)} == set()
+    return m
+
+
+def _transfer_left_open(s: ProtocolState) -> None:
+    s.spill[0] = Spill(0, ("r0", 1), "enqueued", 0)
+
+
+def _pin_left_behind(s: ProtocolState) -> None:
+    s.src_pin[1] = True
+
+
+def _lease_left_behind(s: ProtocolState) -> None:
+    s.host_state[2] = "leased"
+
+
+def _aborted_page_still_resident(s: ProtocolState) -> None:
+    s.gpu_owner[2] = ("r3", 1)
+
+
+def _aborted_page_still_spilling(s: ProtocolState) -> None:
+    s.spill[3] = Spill(2, ("r3", 1), "enqueued", 5)
+
+
+PROPERTY_CORRUPTIONS: dict[str, tuple[Callable[[ProtocolState], None], set[str]]] = {
+    "transfer_left_open": (_transfer_left_open, {"TransfersComplete"}),
+    "pin_left_behind": (_pin_left_behind, {"LeasesReleased"}),
+    "lease_left_behind": (_lease_left_behind, {"LeasesReleased"}),
+    "aborted_page_still_resident": (_aborted_page_still_resident, {"AbortedFreed"}),
+    "aborted_page_still_spilling": (
+        _aborted_page_still_spilling, {"TransfersComplete", "AbortedFreed"}
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROPERTY_CORRUPTIONS))
+def test_property_twins_exactly(name: str) -> None:
+    corrupt, expected = PROPERTY_CORRUPTIONS[name]
+    m = _drained()
+    corrupt(m.state)
+    assert {n for n, p in PROPERTIES.items() if p(m.state)} == expected
+
+
+def test_every_property_twin_alone_catches_something() -> None:
+    alone = {next(iter(e)) for _, e in PROPERTY_CORRUPTIONS.values() if len(e) == 1}
+    assert alone == set(PROPERTIES)
+
+
+# Python property bugs at quiescence: the exact set of property twins that fail.
+PROPERTY_BUG_FAILS = {
+    "worker_drops_transfer": {"TransfersComplete", "LeasesReleased"},
+    "batched_done_before_enqueued": {"TransfersComplete", "LeasesReleased"},
+    "abort_keeps_resident_blocks": {"AbortedFreed"},
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PROPERTY_BUG_FAILS))
+def test_property_bug_fails_exactly(bug: str) -> None:
+    m = SCENARIOS[bug](bug)
+    assert {n for n, p in PROPERTIES.items() if p(m.state)} == PROPERTY_BUG_FAILS[bug]
