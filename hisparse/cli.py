@@ -243,11 +243,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _register_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="run a benchmark and print its figures")
-    p.add_argument("target", choices=["protocol", "coordinator", "resolver", "spill"],
+    p.add_argument("target", choices=["protocol", "coordinator", "resolver", "spill", "churn"],
                    help="what to measure (resolver and spill need an NVIDIA GPU)")
     p.add_argument("--lifecycles", type=int, default=5000, help="spill lifecycles to time")
     p.add_argument(
-        "--requests", type=int, default=256, help="running requests held resident"
+        "--requests", type=int, default=256,
+        help="running requests held resident (churn: request lifecycles)",
     )
     p.add_argument("--json", type=Path, metavar="PATH", help="write the figures as JSON")
     p.add_argument("--reps", type=int, default=100, help="timed repetitions (GPU targets)")
@@ -300,6 +301,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         except ExecutorError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
+    if args.target == "churn":
+        from hisparse.bench import churn
+
+        doc = churn.run(args.requests)
+        for key, value in doc.items():
+            print(f"{key:<34} {value}")
+        if args.json is not None:
+            args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        return EXIT_OK if not doc["left_after_drain"] else EXIT_VIOLATION
     if args.target == "coordinator":
         doc = coordinator.run(running=args.requests)
         for mode in ("check_off", "check_on"):

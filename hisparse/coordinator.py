@@ -188,13 +188,8 @@ class HiSparseCoordinator:
         """The lowest free host block, evicting the LRU victim if the pool is full.
         Only called once the spill is known to be allowed."""
         s = self.state
-        if s.host_used >= s.config.host_capacity:
-            if not self._lru:
-                return None
-            victim = next(iter(self._lru))
-            self.machine.EvictHost(victim)
-            del self._lru[victim]
-            heapq.heappush(self._host_free, victim)
+        if s.host_used >= s.config.host_capacity and not self.evict_published(1):
+            return None
         return self._host_free[0] if self._host_free else None
 
     def spill(self, page: Page) -> int | None:
@@ -214,6 +209,18 @@ class HiSparseCoordinator:
         self.kv.pin(where[1])
         self.spills += 1
         return tid
+
+    def evict_published(self, limit: int | None = None) -> int:
+        """Evict up to ``limit`` (all: None) published, unreferenced host pages, least
+        recently used first; returns how many. O(pages evicted x log pool)."""
+        n = 0
+        while self._lru and (limit is None or n < limit):
+            victim = next(iter(self._lru))
+            self.machine.EvictHost(victim)
+            del self._lru[victim]
+            heapq.heappush(self._host_free, victim)
+            n += 1
+        return n
 
     def reclaim(self, blocks: int) -> int:
         """Spill enough pages that ``blocks`` GPU blocks come back at their enqueued acks."""
@@ -284,8 +291,10 @@ class HiSparseCoordinator:
             r, i = sp.page
             where = s.loc[sp.page] if r in s.page_keys else None
             if where is not None and where[0] == "host":
-                self._replacements.append(
-                    BlockTableReplacement(request_id=r, page_index=i, host_block=int(where[1]))
+                self._replacements.append(  # trusted values: no re-validation
+                    BlockTableReplacement.model_construct(
+                        request_id=r, page_index=i, host_block=int(where[1])
+                    )
                 )
         for h in closing:
             if s.host_state[h] == "valid":
