@@ -16,6 +16,7 @@ import gc
 import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hisparse.blockpool import BlockPool
@@ -30,8 +31,8 @@ BLOCK_TOKENS, ROW_BYTES = 64, 656  # DeepSeek-V3.2 FP8 sparse MLA rows
 def _rss_bytes() -> int:
     """Resident set size now (Linux /proc; 0 where unavailable)."""
     try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * resource.getpagesize()
+        statm = Path("/proc/self/statm").read_text()
+        return int(statm.split()[1]) * resource.getpagesize()
     except OSError:
         return 0
 
