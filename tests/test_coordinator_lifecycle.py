@@ -98,9 +98,11 @@ def test_loss_keeps_a_destination_still_being_copied() -> None:
     c.on_worker_lost((tid,))
     assert not kv.is_pinned(0)  # the page stays resident; its source is free to reuse
     assert c.state.spill[0] is not None and c.state.spill[0].phase == "abandoned"
-    assert c.state.host_state[0] == "leased"  # not free: the copy may still write it
+    held = c.state.host_state[0]
+    assert held == "leased"  # not free: the copy may still write it
     ack(c, done=(tid,))  # the copy lands and its completion comes back
-    assert c.state.host_state[0] == "free" and c.state.prefix == {}  # nothing published
+    after = c.state.host_state[0]
+    assert after == "free" and c.state.prefix == {}  # nothing published
     with pytest.raises(UnknownTransfer):
         c.on_worker_lost((tid,))  # no longer open
 
@@ -170,7 +172,7 @@ def test_churn_bench_drains_to_empty() -> None:
 
 
 def test_connector_carries_a_restart() -> None:
-    c, kv = make()
+    c, _kv = make()
     sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=c)
     c.add_request("a", ["a0"])
     c.admit("a")
