@@ -79,10 +79,11 @@ def legal_moves(
 ) -> list[tuple[str, tuple[Any, ...]]]:
     """The enabled actions, stated independently of the machine (a test oracle).
 
-    A retired request of ``universe`` may be declared again (``add_request``)."""
+    A retired request of ``universe`` (by default: every request a recording machine has
+    declared, else ``UNIVERSE``) may be declared again (``add_request``)."""
     s = m.state
     moves: list[tuple[str, tuple[Any, ...]]] = []
-    for r, keys in (universe or UNIVERSE).items():
+    for r, keys in (universe or m.declared or UNIVERSE).items():
         if r not in s.page_keys:
             moves.append(("add_request", (r, keys)))
     for r in s.page_keys:

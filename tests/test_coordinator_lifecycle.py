@@ -167,7 +167,7 @@ def test_churn_bench_drains_to_empty() -> None:
     doc = run(2000, host_blocks=128, eviction_pools=(128, 256))
     assert doc["left_after_drain"] == []
     assert doc["retired"] == 2000 and doc["prefix_hits"] > 0
-    assert len(doc["per_request_us_by_decile"]) == 10
+    assert len(doc["per_request_cpu_us_by_decile"]) == 10
     assert all(e["evicting_spills"] > 0 for e in doc["eviction"])
 
 
