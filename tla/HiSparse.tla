@@ -500,10 +500,13 @@ LivePagesReadable ==
 HostPoolNotOvercommitted == Cardinality(HostInUse) <= HostCapacity
 
 \* A request that is not (or no longer) in the protocol state is named by
-\* nothing: no block-table entry, resident lease or open transfer. This is
-\* what makes its ID safe to reuse.
+\* nothing: no block-table entry, resident lease or open transfer (each is
+\* ~Referenced(r) for every new r, stated per artifact so a check costs
+\* O(pages + blocks)). This is what makes its ID safe to reuse.
 RetiredUnreferenced ==
-    \A r \in Requests : req[r] = "new" => ~Referenced(r)
+    /\ \A p \in Pages : loc[p] # NoLoc => req[p[1]] # "new"
+    /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[gpuOwner[g][1]] # "new"
+    /\ \A h \in HostBlocks : spill[h] # NoSpill => req[spill[h].page[1]] # "new"
 
 -----------------------------------------------------------------------------
 (* Liveness under worker fairness. *)
