@@ -193,6 +193,17 @@ class SystemStateful(RuleBasedStateMachine):
         busy = self.sim.wconn.restart_worker()
         self.sim.sched.on_worker_lost(busy)
 
+    @rule(send=st.booleans(), land=st.integers(0, 2))
+    def spill_then_lose(self, send: bool, land: int) -> None:
+        """A loss with transfers in flight: sent or not, copying or landed."""
+        c = self.sim.coordinator
+        for page in c.spillable(2):
+            c.spill(page)
+        if send:
+            self.send_commands()
+        self.sim.executor.release(min(land, len(self.sim.executor.queued())))
+        self.lose_worker(drop_commands=not send)
+
     @rule(data=st.data())
     def forged_loss_report(self, data: st.DataObject) -> None:
         """A restart report naming a transfer that is not open is refused whole."""
