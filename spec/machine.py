@@ -315,8 +315,12 @@ class ProtocolMachine:
         s = self.state
         if s.up or s.w_enq or s.w_done:
             raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
-        if len(set(enqueued)) != len(enqueued) or len(set(completed)) != len(completed):
-            raise UnknownTransfer(-1, "a transfer ID is repeated within one worker meta")
+        for ids in (enqueued, completed):
+            seen: set[int] = set()
+            for tid in ids:
+                if tid in seen:
+                    raise UnknownTransfer(tid, "repeated within one worker meta")
+                seen.add(tid)
         for tid in enqueued:
             if tid not in s.down:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer not awaiting one")
