@@ -73,10 +73,30 @@ BUGS: tuple[InjectedBug, ...] = (
         "a host page still referenced by a live request is evicted",
     ),
     InjectedBug(
+        "recover_frees_busy_destination",
+        "NoDoubleOwnership",
+        "invariant",
+        "worker-loss recovery frees the destination of a transfer whose copy is still running",
+    ),
+    InjectedBug(
+        "recover_publishes_unsent",
+        "PublishedDataCorrect",
+        "invariant",
+        "worker-loss recovery publishes a destination no copy is running into, though its "
+        "command may never have been enqueued",
+    ),
+    InjectedBug(
         "round_up_pool",
         "HostPoolNotOvercommitted",
         "invariant",
         "the host pool size is rounded up instead of down",
+    ),
+    InjectedBug(
+        "retire_inflight",
+        "RetiredUnreferenced",
+        "invariant",
+        "a request retires once its block-table entries are gone, while its transfer is "
+        "still open and its pinned source still leased",
     ),
     InjectedBug(
         "worker_drops_transfer",
@@ -96,6 +116,13 @@ BUGS: tuple[InjectedBug, ...] = (
         "AbortedFreed",
         "property",
         "abort does not return the request's unpinned GPU blocks to HMA",
+    ),
+    InjectedBug(
+        "retire_waits_for_host_pages",
+        "EndedRetired",
+        "property",
+        "retirement also waits until no host block holds one of the request's keys, so a "
+        "request whose page was published never retires",
     ),
 )
 

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from hisparse import __version__, docs
 from hisparse.bench.cli import TARGETS as BENCH_TARGETS
+from hisparse.bench.cli import BenchFailed
 from hisparse.bugs import BUGS
 from hisparse.cliargs import (
     in_file,
@@ -502,6 +503,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             doc = BENCH_TARGETS[args.target].main(args)
     except ExecutorError as exc:  # CudaUnavailable: no CuPy / GPU
         return _err(str(exc))
+    except BenchFailed as exc:
+        print(f"hisparse: violation: {exc}", file=sys.stderr)
+        return EXIT_VIOLATION
     _write_json(args.json, doc)
     return EXIT_OK
 

@@ -10,6 +10,7 @@ process boundary are validated once here, through the per-direction adapters.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
@@ -89,6 +90,11 @@ class HiSparseConnector:
             worker_meta = _decode(WORKER_META, worker_meta, "worker meta")
         self.coordinator.on_worker_meta(worker_meta)
 
+    def on_worker_lost(self, still_copying: Sequence[int]) -> None:
+        """The worker restarted or a step's metadata was lost: recover the coordinator
+        (``still_copying`` is what the restarted worker's ``restart_worker`` returned)."""
+        self.coordinator.on_worker_lost(still_copying)
+
     # -- worker side ------------------------------------------------------------
 
     @property
@@ -106,6 +112,10 @@ class HiSparseConnector:
         if isinstance(meta, bytes):
             meta = _decode(CONNECTOR_METADATA, meta, "connector metadata")
         self.worker.apply(meta)
+
+    def restart_worker(self) -> tuple[int, ...]:
+        """Drop the worker's unreported acks; the transfer IDs its stream still copies."""
+        return self.worker.restart()
 
     def get_worker_meta(self) -> HiSparseWorkerMeta | None:
         """Transfer IDs enqueued and completed since the last call; None if none."""

@@ -6,18 +6,25 @@ spill decisions and the prefix lookup over published pages. HMA is reached only
 through the ``KVCacheManager`` interface.
 
 Worker acknowledgements arrive as a ``HiSparseWorkerMeta``. The coordinator
-validates it whole, then replays the worker's reported steps into the machine
-(WorkerEnqueue, WorkerComplete, WorkerReport) and consumes it (ConsumeMeta), so
-the machine's run is a behaviour of the TLA+ spec and can be recorded as a trace.
-Replaying at consumption time is sound: a source block stays pinned, and its
-bytes unchanged, until its enqueued ack is consumed.
+checks it whole against the machine's own rules, then replays the worker's
+reported steps into the machine (WorkerEnqueue, WorkerComplete, WorkerReport)
+and consumes it (ConsumeMeta), so the machine's run is a behaviour of the TLA+
+spec and can be recorded as a trace. Replaying at consumption time is sound: a
+source block stays pinned, and its bytes unchanged, until its enqueued ack is
+consumed.
+
+Cost follows live work: every call costs O(its own pages and transfers) or
+O(log) of the host pool. The coordinator's own indexes (spillable pages, free
+host blocks, the eviction LRU) change only together with the protocol state, and
+an ended request retires (leaves every table) as soon as nothing references it.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from hisparse.blockpool import KVCacheManager
 from hisparse.config import HiSparseConfig
@@ -25,6 +32,20 @@ from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfe
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import BlockTableReplacement, HiSparseWorkerMeta, SparseKVPageTransfer
 from hisparse.spec.state import Key, Loc, Page, ProtocolConfig, ProtocolState, RequestId
+
+
+class RequestNeverFits(ProtocolError):
+    """``admit`` refuses a request that needs more GPU blocks than the whole pool holds:
+    waiting for blocks to come back can never admit it."""
+
+    def __init__(self, request_id: RequestId, need: int, pool: int) -> None:
+        super().__init__(
+            f"request {request_id!r} needs {need} GPU blocks beyond its prefix hits; the "
+            f"pool holds {pool}: split or truncate it, or raise the GPU pool"
+        )
+        self.request_id = request_id
+        self.need = need
+        self.pool = pool
 
 
 @dataclass(frozen=True)
@@ -50,6 +71,7 @@ class HiSparseCoordinator:
     ) -> None:
         self.config = config
         self.kv = kv
+        self.gpu_blocks = gpu_blocks
         self.machine = ProtocolMachine(
             ProtocolConfig(
                 gpu_blocks=gpu_blocks,
@@ -59,14 +81,20 @@ class HiSparseCoordinator:
             check=check,
             record=record,
         )
-        self._sent: set[int] = set()  # transfer IDs already handed to the connector
+        self._unsent: list[int] = []  # transfers started, not yet handed to the connector
+        self._sent: set[int] = set()  # handed to the connector, enqueued ack not consumed
         self._replacements: list[BlockTableReplacement] = []
-        self._publish_order: dict[int, int] = {}  # host block -> publish tick (eviction LRU)
-        self._tick = 0
-        # candidate free host blocks (a heap; a block freed later is pushed again)
+        self._resync = False  # the next metadata re-sends every host entry (after a loss)
+        # resident, unpinned pages of running requests, oldest admission first
+        self._resident: dict[Page, None] = {}
+        self._running: dict[RequestId, None] = {}
+        # published host pages no block-table entry references, least recently used first
+        self._lru: dict[int, None] = {}
+        # exactly the free host blocks, lowest first
         self._host_free = list(range(self.state.config.host_blocks))
         self.spills = 0
         self.prefix_hits = 0
+        self.retired = 0
 
     # -- requests -----------------------------------------------------------
 
@@ -75,101 +103,129 @@ class HiSparseCoordinator:
         return self.machine.state
 
     def add_request(self, request_id: RequestId, page_keys: Sequence[Key]) -> None:
-        """Declare a request and the prefix identities of its pages."""
+        """Declare a request and the prefix identities of its pages (a retired ID may return)."""
         self.machine.add_request(request_id, page_keys)
 
     def lookup_prefix(self, request_id: RequestId) -> int:
         """Pages of the request's prefix served by published host pages."""
-        if request_id not in self.state.page_keys:
-            raise ActionNotEnabled("Arrive", f"unknown request {request_id!r}")
         return self.machine.hit_len(request_id)
 
     def gpu_blocks_needed(self, request_id: RequestId) -> int:
-        hits = self.lookup_prefix(request_id)  # refuses an unknown request, typed
-        return len(self.state.page_keys[request_id]) - hits
+        return len(self.state.page_keys[request_id]) - self.lookup_prefix(request_id)
 
     def admit(self, request_id: RequestId) -> Admission | None:
-        """Arrive: None (and nothing changes) if HMA cannot give the blocks now."""
+        """Arrive: None (and nothing changes) if HMA cannot give the blocks now;
+        ``RequestNeverFits`` if it never could."""
+        self.machine.check_arrive(request_id)
         need = self.gpu_blocks_needed(request_id)
+        if need > self.gpu_blocks:
+            raise RequestNeverFits(request_id, need, self.gpu_blocks)
         blocks = self.kv.allocate(need)
         if blocks is None:
             return None
         try:
             self.machine.Arrive(request_id, blocks=blocks)
-        except ProtocolError:  # refused: hand the blocks back, change nothing
+        except ProtocolError:  # unreachable after check_arrive; hand the blocks back
             self.kv.free(blocks)
             raise
-        hits = len(self.state.page_keys[request_id]) - need
+        s = self.state
+        hits = len(s.page_keys[request_id]) - need
         self.prefix_hits += hits
         table: list[Loc] = []
-        for p in self.state.pages_of(request_id):
-            where = self.state.loc[p]
+        for p in s.pages_of(request_id):
+            where = s.loc[p]
             assert where is not None  # LivePagesReadable: a running request's pages have blocks
             table.append(where)
+            if where[0] == "host":
+                self._lru.pop(where[1], None)  # referenced again: not a victim
+            else:
+                self._resident[p] = None
+        self._running[request_id] = None
         return Admission(request_id, tuple(table), hits)
 
     def finish(self, request_id: RequestId) -> None:
-        self.kv.free(self.machine.Finish(request_id))
+        self._end(request_id, abort=False)
 
     def abort(self, request_id: RequestId) -> None:
         """Abort at any moment; pinned blocks go back at their enqueued ack."""
-        self.kv.free(self.machine.Abort(request_id))
+        self._end(request_id, abort=True)
+
+    def _end(self, r: RequestId, *, abort: bool) -> None:
+        s = self.state
+        pages = s.pages_of(r) if r in s.page_keys else []
+        hosts = [w[1] for p in pages if (w := s.loc[p]) is not None and w[0] == "host"]
+        freed = self.machine.Abort(r) if abort else self.machine.Finish(r)
+        self.kv.free(freed)
+        for p in pages:
+            self._resident.pop(p, None)
+        self._running.pop(r, None)
+        for h in hosts:
+            self._release_host(h)
+        self._retire([r])
+
+    def _release_host(self, h: int) -> None:
+        """A published page nothing references becomes the newest eviction candidate."""
+        s = self.state
+        if s.host_state[h] == "valid" and not s.host_refs.get(h):
+            self._lru.pop(h, None)
+            self._lru[h] = None
+
+    def _retire(self, requests: Iterable[RequestId]) -> None:
+        """Retire each ended request that nothing references any more."""
+        s, m = self.state, self.machine
+        for r in requests:
+            if s.req.get(r) in ("finished", "aborted") and m.retire_refusal(r) is None:
+                m.Retire(r)
+                self.retired += 1
 
     # -- spills ---------------------------------------------------------------
 
-    def spillable(self) -> list[Page]:
-        """Resident, unpinned pages of running requests, oldest request first."""
-        s = self.state
-        return [
-            p
-            for r, st in s.req.items()
-            if st == "running"
-            for p in s.pages_of(r)
-            if (w := s.loc[p]) and w[0] == "gpu" and not s.src_pin[w[1]]
-        ]
+    def spillable(self, limit: int | None = None) -> list[Page]:
+        """Resident, unpinned pages of running requests, oldest admission first."""
+        return list(self._resident if limit is None else islice(self._resident, limit))
 
     def _free_host_block(self) -> int | None:
+        """The lowest free host block, evicting the LRU victim if the pool is full.
+        Only called once the spill is known to be allowed."""
         s = self.state
-        if s.host_used >= s.config.host_capacity and not self._evict_one():
+        if s.host_used >= s.config.host_capacity and not self.evict_published(1):
             return None
-        while self._host_free:  # lowest free block first; stale entries are skipped
-            h = heapq.heappop(self._host_free)
-            if s.host_state[h] == "free":
-                return h
-        return None
-
-    def _evict_one(self) -> bool:
-        """Evict the least recently published unreferenced host page (host-pool pressure)."""
-        s = self.state
-        victims = [
-            h for h, st in enumerate(s.host_state) if st == "valid" and not s.host_refs.get(h)
-        ]
-        if not victims:
-            return False
-        h = min(victims, key=lambda b: self._publish_order.get(b, 0))
-        self.machine.EvictHost(h)
-        self._publish_order.pop(h, None)
-        heapq.heappush(self._host_free, h)
-        return True
+        return self._host_free[0] if self._host_free else None
 
     def spill(self, page: Page) -> int | None:
-        """Start spilling one resident page; None if the host pool has no room."""
+        """Start spilling one resident page; None if the host pool has no room.
+
+        A page the protocol does not allow to spill raises ``ActionNotEnabled`` before
+        anything changes (no block is taken, nothing is evicted).
+        """
+        where = self.machine.check_spill(page)
         h = self._free_host_block()
         if h is None:
             return None
-        g = self.state.loc[page]
-        assert g is not None
         tid = self.machine.StartSpill(page, h)
-        self.kv.pin(g[1])
+        heapq.heappop(self._host_free)  # h, the heap's top
+        self._resident.pop(page, None)
+        self._unsent.append(tid)
+        self.kv.pin(where[1])
         self.spills += 1
         return tid
+
+    def evict_published(self, limit: int | None = None) -> int:
+        """Evict up to ``limit`` (all: None) published, unreferenced host pages, least
+        recently used first; returns how many. O(pages evicted x log pool)."""
+        n = 0
+        while self._lru and (limit is None or n < limit):
+            victim = next(iter(self._lru))
+            self.machine.EvictHost(victim)
+            del self._lru[victim]
+            heapq.heappush(self._host_free, victim)
+            n += 1
+        return n
 
     def reclaim(self, blocks: int) -> int:
         """Spill enough pages that ``blocks`` GPU blocks come back at their enqueued acks."""
         started = 0
-        for p in self.spillable():
-            if started >= blocks:
-                break
+        for p in self.spillable(max(blocks, 0)):
             if self.spill(p) is None:
                 break
             started += 1
@@ -181,7 +237,9 @@ class HiSparseCoordinator:
         self,
     ) -> tuple[tuple[SparseKVPageTransfer, ...], tuple[BlockTableReplacement, ...]]:
         """New page transfers and block-table replacements since the last call."""
-        new = [t for tid, t in self.state.down.items() if tid not in self._sent]
+        s = self.state
+        tids, self._unsent = self._unsent, []
+        new = [s.down[tid] for tid in tids if tid in s.down]
         self._sent.update(t.transfer_id for t in new)
         transfers = tuple(
             SparseKVPageTransfer.model_construct(
@@ -189,59 +247,127 @@ class HiSparseCoordinator:
             )
             for t in new
         )
-        reps, self._replacements = tuple(self._replacements), []
-        return transfers, reps
-
-    def _validate(self, meta: HiSparseWorkerMeta) -> None:
-        s = self.state
-        for ids in (meta.enqueued, meta.completed):
-            if len(set(ids)) != len(ids):  # a model_construct'ed meta skips the wire check
-                dup = next(t for t in ids if ids.count(t) > 1)
-                raise UnknownTransfer(dup, "acked twice in one direction of one meta")
-        for tid in meta.enqueued:
-            if tid not in s.down or tid not in self._sent:
-                raise UnknownTransfer(tid, "enqueued ack for a transfer not awaiting one")
-        enq = set(meta.enqueued)
-        for tid in meta.completed:
-            h = s.transfer_dst.get(tid)
-            sp = s.spill[h] if h is not None else None
-            if h is None or sp is None or sp.transfer_id != tid:
-                raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
-            if not (tid in enq or (sp.phase == "enqueued" and s.copying_tid.get(h) == tid)):
-                raise UnknownTransfer(tid, "completed ack before its enqueued ack")
-        if s.up or s.w_enq or s.w_done:
-            raise ActionNotEnabled("ConsumeMeta", "a previous worker meta is still pending")
+        reps, self._replacements = self._replacements, []
+        if self._resync:  # a lost metadata may have carried replacements: send them all
+            self._resync = False
+            reps = [
+                BlockTableReplacement(request_id=r, page_index=p[1], host_block=int(w[1]))
+                for r in self._running
+                for p in s.pages_of(r)
+                if (w := s.loc[p]) is not None and w[0] == "host"
+            ]
+        return transfers, tuple(reps)
 
     def on_worker_meta(self, meta: HiSparseWorkerMeta) -> None:
         """Enqueued IDs release source leases (stream order); completed IDs publish pages.
 
-        The meta is validated whole first: a bad one raises and changes nothing.
+        The meta is checked whole first, by the machine's own rules (also one built
+        with ``model_construct``, which skips validation): a bad one raises and
+        changes nothing.
         """
-        if not meta.enqueued and not meta.completed:
+        enq, done = tuple(meta.enqueued), tuple(meta.completed)
+        if not enq and not done:
             return
-        self._validate(meta)
+        for tid in enq:
+            if tid not in self._sent:
+                raise UnknownTransfer(tid, "enqueued ack for a transfer never handed over")
         m, s = self.machine, self.state
-        for tid in meta.enqueued:
+        m.check_report(enq, done)
+        moved = [s.spill[s.transfer_dst[t]] for t in enq]
+        closing = [s.transfer_dst[t] for t in done]
+        touched = {sp.page[0] for h in closing if (sp := s.spill[h]) is not None}
+        for tid in enq:
             m.WorkerEnqueue(tid)
-        for tid in meta.completed:
-            m.WorkerComplete(s.transfer_dst[tid])
+            self._sent.discard(tid)
+        for h in closing:
+            m.WorkerComplete(h)
         m.WorkerReport()
-        moved = [s.spill[s.transfer_dst[t]] for t in meta.enqueued]
         m.ConsumeMeta()
         for sp in moved:
             assert sp is not None
+            touched.add(sp.page[0])
             self.kv.unpin(sp.src)
             self.kv.free([sp.src])
             r, i = sp.page
-            where = s.loc[sp.page]
+            where = s.loc[sp.page] if r in s.page_keys else None
             if where is not None and where[0] == "host":
-                self._replacements.append(
-                    BlockTableReplacement(request_id=r, page_index=i, host_block=int(where[1]))
+                self._replacements.append(  # trusted values: no re-validation
+                    BlockTableReplacement.model_construct(
+                        request_id=r, page_index=i, host_block=int(where[1])
+                    )
                 )
-        for tid in meta.completed:
-            h = s.transfer_dst[tid]
+        for h in closing:
             if s.host_state[h] == "valid":
-                self._tick += 1
-                self._publish_order[h] = self._tick
-            else:  # an aborted request's page was discarded
+                self._release_host(h)
+            else:  # an aborted request's or an abandoned transfer's page was discarded
                 heapq.heappush(self._host_free, h)
+        self._retire(touched)
+
+    def on_worker_lost(self, still_copying: Iterable[int]) -> None:
+        """The worker restarted or a metadata message was lost (WorkerLoss).
+
+        ``still_copying``: the transfer IDs the restarted worker's stream still runs.
+        Transfers not known enqueued are abandoned (sources unpinned, nothing
+        published; a destination still being copied into is held until its completed
+        ack), copies known landed are completed. Checked whole first: an ID that is
+        not an open transfer handed to the worker raises and changes nothing.
+        """
+        s, m = self.state, self.machine
+        busy = set(still_copying)
+        for tid in busy:
+            h = s.transfer_dst.get(tid)
+            sp = s.spill[h] if h is not None else None
+            if h is None or sp is None or sp.transfer_id != tid:
+                raise UnknownTransfer(tid, "reported copying, but not an open transfer")
+            if not (tid in self._sent or s.copying_tid.get(h) == tid):
+                raise UnknownTransfer(tid, "reported copying, but never handed to the worker")
+        if s.up or s.w_enq or s.w_done:  # unreachable: on_worker_meta consumes whole metas
+            raise ActionNotEnabled("WorkerLoss", "a worker meta is half consumed")
+        # the stream as the worker reports it: what runs was enqueued, what left it landed
+        for tid in sorted(busy):
+            if tid in s.down:
+                m.WorkerEnqueue(tid)
+        for h in sorted(s.open_spills):
+            copying = s.copying_tid.get(h)
+            if copying is not None and copying not in busy:
+                m.WorkerComplete(h)
+        touched = {sp.page[0] for h in s.open_spills if (sp := s.spill[h]) is not None}
+        out = m.WorkerLoss()
+        for g in out.unpinned:
+            self.kv.unpin(g)
+        self.kv.free(out.returned)
+        for p in out.resident:
+            self._resident[p] = None
+        for h in out.freed:
+            heapq.heappush(self._host_free, h)
+        for h in out.published:
+            self._release_host(h)
+        self._unsent.clear()
+        self._sent.clear()
+        self._replacements.clear()
+        self._resync = True
+        self._retire(touched)
+
+    # -- introspection (tests, benchmarks) ---------------------------------------
+
+    def table_sizes(self) -> dict[str, int]:
+        """Entries in every table that grows with requests or transfers (0 when drained)."""
+        s = self.state
+        return {
+            "req": len(s.req),
+            "page_keys": len(s.page_keys),
+            "loc": len(s.loc),
+            "prefix": len(s.prefix),
+            "transfer_dst": len(s.transfer_dst),
+            "copying_tid": len(s.copying_tid),
+            "host_refs": len(s.host_refs),
+            "req_refs": len(s.req_refs),
+            "open_spills": len(s.open_spills),
+            "down": len(s.down),
+            "up": len(s.up),
+            "unsent": len(self._unsent),
+            "sent": len(self._sent),
+            "replacements": len(self._replacements),
+            "resident": len(self._resident),
+            "running": len(self._running),
+        }

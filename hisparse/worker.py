@@ -189,6 +189,15 @@ class HiSparseWorker:
             if table is not None:  # a finished request's entry needs no update
                 table[r.page_index - 1] = ("host", r.host_block)
 
+    def restart(self) -> tuple[int, ...]:
+        """Lose what a restarted worker loses: acks not yet reported (enqueued, and
+        completions not yet taken from the stream). Returns the transfer IDs whose
+        copies the stream still runs, for the coordinator's recovery; their
+        completions are reported as usual once they land."""
+        self._enqueued = []
+        self.executor.completed()  # landed, never reported: the coordinator finds them idle
+        return tuple(self.executor.queued())
+
     def take_acks(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(enqueued, completed) transfer IDs since the last call; never blocks."""
         enqueued, self._enqueued = tuple(self._enqueued), []

@@ -19,7 +19,14 @@ Problems = list[str]
 def TypeOK(s: ProtocolState) -> Problems:
     out: Problems = []
     g_n, h_n = s.config.gpu_blocks, s.config.host_blocks
+
+    # Keys is a constant of the spec. Here the keys a block may hold are the declared
+    # requests' keys, plus a retired request's published pages (still in host_key).
     data = {EMPTY, GARBAGE} | {k for ks in s.page_keys.values() for k in ks}
+    data |= {k for k in s.host_key if k is not None}
+
+    def bad_data(x: object) -> bool:
+        return x not in data
     for r, st in s.req.items():
         if st not in ("new", "running", "finished", "aborted"):
             out.append(f"request {r} in state {st!r}")
@@ -32,19 +39,25 @@ def TypeOK(s: ProtocolState) -> Problems:
         wrong_kind = (tier == "gpu") == isinstance(b, HostBlock)
         if wrong_kind or not 0 <= b < limit:
             out.append(f"page {p} located at {where!r}, not a block of its tier")
+    # a page of a retired or undeclared request is RetiredUnreferenced's concern
+    def bad_page(p: object) -> bool:
+        if not (isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], int)):
+            return True
+        return p[0] in s.page_keys and not s.known(p)
+
     for g in range(g_n):
         owner = s.gpu_owner[g]
-        if owner is not None and owner not in s.loc:
-            out.append(f"GPU block {g} owned by unknown page {owner}")
-        if s.gpu_data[g] not in data:
+        if owner is not None and bad_page(owner):
+            out.append(f"GPU block {g} owned by malformed page {owner}")
+        if bad_data(s.gpu_data[g]):
             out.append(f"GPU block {g} holds {s.gpu_data[g]!r}")
     for h in range(h_n):
         if s.host_state[h] not in ("free", "leased", "valid"):
             out.append(f"host block {h} in state {s.host_state[h]!r}")
         sp = s.spill[h]
-        if sp is not None and (not 0 <= sp.src < g_n or sp.page not in s.loc):
+        if sp is not None and (not 0 <= sp.src < g_n or bad_page(sp.page)):
             out.append(f"host block {h} has a malformed spill {sp}")
-        if s.host_data[h] not in data or (s.copying[h] or EMPTY) not in data:
+        if bad_data(s.host_data[h]) or bad_data(s.copying[h] or EMPTY):
             out.append(f"host block {h} holds {s.host_data[h]!r}")
     for k, hs in s.prefix.items():
         if any(not 0 <= h < h_n for h in hs):
@@ -88,7 +101,9 @@ def NoReuseBeforeEnqueued(s: ProtocolState) -> Problems:
         if sp is None or sp.phase != "sent":
             continue
         g = sp.src
-        if s.gpu_owner[g] != sp.page or not s.src_pin[g] or s.gpu_data[g] != s.key_of(sp.page):
+        # a retired request's keys are forgotten; its transfer is RetiredUnreferenced's concern
+        key = s.key_of(sp.page) if s.known(sp.page) else s.gpu_data[g]
+        if s.gpu_owner[g] != sp.page or not s.src_pin[g] or s.gpu_data[g] != key:
             out.append(
                 f"transfer {sp.transfer_id} (GPU {g} -> host {h}) not yet enqueued but its "
                 f"source is owned by {s.gpu_owner[g]}, pinned={s.src_pin[g]}, "
@@ -123,7 +138,7 @@ def PublishedDataCorrect(s: ProtocolState) -> Problems:
 def LivePagesReadable(s: ProtocolState) -> Problems:
     out: Problems = []
     for g, owner in enumerate(s.gpu_owner):
-        if owner is not None and s.req[owner[0]] == "running" and s.loc[owner] != ("gpu", g):
+        if owner is not None and s.req.get(owner[0]) == "running" and s.loc[owner] != ("gpu", g):
             out.append(f"GPU block {g} is leased to {owner}, whose entry is {s.loc[owner]}")
     for p, where in s.loc.items():
         if s.req[p[0]] != "running":
@@ -150,6 +165,21 @@ def HostPoolNotOvercommitted(s: ProtocolState) -> Problems:
     return [f"{used} host blocks in use, capacity {cap}"] if used > cap else []
 
 
+def RetiredUnreferenced(s: ProtocolState) -> Problems:
+    """A request not in the protocol state (retired, or not yet declared) or still new
+    is named by no block-table entry, resident lease or open transfer."""
+    def gone(r: str) -> bool:
+        return s.req.get(r, "new") == "new"
+
+    out = [f"GPU block {g} is leased to {o} of a retired or new request"
+           for g, o in enumerate(s.gpu_owner) if o is not None and gone(o[0])]
+    out += [f"host block {h} has an open transfer of {sp.page} of a retired or new request"
+            for h, sp in enumerate(s.spill) if sp is not None and gone(sp.page[0])]
+    out += [f"page {p} of a new request is located at {w}"
+            for p, w in s.loc.items() if w is not None and gone(p[0])]
+    return out
+
+
 # Order of the TLC configuration: the first failing one is reported.
 INVARIANTS: dict[str, Callable[[ProtocolState], Problems]] = {
     "TypeOK": TypeOK,
@@ -160,6 +190,7 @@ INVARIANTS: dict[str, Callable[[ProtocolState], Problems]] = {
     "PublishedDataCorrect": PublishedDataCorrect,
     "LivePagesReadable": LivePagesReadable,
     "HostPoolNotOvercommitted": HostPoolNotOvercommitted,
+    "RetiredUnreferenced": RetiredUnreferenced,
 }
 
 
@@ -201,8 +232,14 @@ def AbortedFreed(s: ProtocolState) -> Problems:
     return out
 
 
+def EndedRetired(s: ProtocolState) -> Problems:
+    return [f"request {r} is {st} and not retired" for r, st in s.req.items()
+            if st in ("finished", "aborted")]
+
+
 PROPERTIES: dict[str, Callable[[ProtocolState], Problems]] = {
     "TransfersComplete": TransfersComplete,
     "LeasesReleased": LeasesReleased,
     "AbortedFreed": AbortedFreed,
+    "EndedRetired": EndedRetired,
 }

@@ -71,23 +71,28 @@ class Lifecycle:
 
 REQUEST = Lifecycle(
     name="request",
-    states=("new", "running", "finished", "aborted"),
+    states=("new", "running", "finished", "aborted", "retired"),
     initial="new",
     rows=(
         ("arrive", ("new",), "running"),
         ("finish", ("running",), "finished"),
         ("abort", ("new", "running"), "aborted"),
+        # the request leaves the protocol state; its ID may be declared again
+        ("retire", ("finished", "aborted"), "retired"),
     ),
 )
 
-# A transfer is open from StartSpill until its completed ack is consumed.
+# A transfer is open from StartSpill until its completed ack is consumed, or until a
+# worker loss closes it. "abandoned": closed by a loss while its copy may still run.
 TRANSFER = Lifecycle(
     name="transfer",
-    states=("sent", "enqueued", "closed"),
+    states=("sent", "enqueued", "abandoned", "closed"),
     initial="sent",
     rows=(
         ("enqueued_ack", ("sent",), "enqueued"),
-        ("completed_ack", ("enqueued",), "closed"),
+        ("completed_ack", ("enqueued", "abandoned"), "closed"),
+        ("lost_running", ("sent", "abandoned"), "abandoned"),
+        ("lost_idle", ("sent", "enqueued", "abandoned"), "closed"),
     ),
 )
 

@@ -10,6 +10,7 @@ the same injected defects as the spec's ``Bug`` constant.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
 
@@ -34,6 +35,18 @@ from hisparse.spec.state import (
     Transfer,
 )
 
+
+@dataclass
+class LossOutcome:
+    """What a worker loss changed outside the protocol's own tables."""
+
+    unpinned: list[int] = field(default_factory=list)  # source pins released
+    returned: list[int] = field(default_factory=list)  # GPU blocks handed back to HMA
+    resident: list[Page] = field(default_factory=list)  # running pages spillable again
+    freed: list[int] = field(default_factory=list)  # host blocks back in the pool
+    published: list[int] = field(default_factory=list)  # host pages published
+
+
 # (action, args, post) as recorded for trace validation
 StepRecord = tuple[str, dict[str, Any], dict[str, Any]]
 
@@ -53,6 +66,8 @@ class ProtocolMachine:
         self.steps: list[StepRecord] | None = [] if record else None
         self.bug = config.bug
         self.invariant_checks = 0
+        # every request ever declared, only while recording: a trace's header names them all
+        self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
 
     # -- constants --------------------------------------------------------
 
@@ -67,13 +82,18 @@ class ProtocolMachine:
         bad = [k for k in keys if not k or k in SENTINELS]
         if bad:
             raise ActionNotEnabled("add_request", f"reserved or empty keys {bad!r}")
+        seen = self.declared.get(r) if self.declared is not None else None
+        if seen is not None and seen != tuple(keys):
+            raise ActionNotEnabled(
+                "add_request", f"request id {r!r} reused with other keys while recording a trace"
+            )
         s = self.state
         s.page_keys[r] = tuple(keys)
         s.req[r] = "new"
         for p in s.pages_of(r):
             s.loc[p] = None
-        for k in keys:
-            s.prefix.setdefault(k, set())
+        if self.declared is not None:
+            self.declared[r] = tuple(keys)
 
     # -- bookkeeping --------------------------------------------------------
 
@@ -91,10 +111,48 @@ class ProtocolMachine:
         s = self.state
         old = s.loc[p]
         if old is not None and old[0] == "host":
-            s.host_refs[old[1]] -= 1
+            left = s.host_refs[old[1]] - 1
+            if left:
+                s.host_refs[old[1]] = left
+            else:
+                del s.host_refs[old[1]]
         if where is not None and where[0] == "host":
             s.host_refs[where[1]] = s.host_refs.get(where[1], 0) + 1
         s.loc[p] = where
+
+    def _ref(self, r: RequestId, delta: int) -> None:
+        s = self.state
+        n = s.req_refs.get(r, 0) + delta
+        if n:
+            s.req_refs[r] = n
+        else:
+            s.req_refs.pop(r, None)
+
+    def _own(self, g: int, p: Page | None) -> None:
+        """Write a resident lease, keeping the per-request reference counts in step."""
+        s = self.state
+        old = s.gpu_owner[g]
+        if old is not None:
+            self._ref(old[0], -1)
+        if p is not None:
+            self._ref(p[0], 1)
+        s.gpu_owner[g] = p
+
+    def _set_spill(self, h: int, sp: Spill | None) -> None:
+        """Write an open transfer, keeping its indexes in step (a closed one leaves them)."""
+        s = self.state
+        old = s.spill[h]
+        if old is not None:
+            self._ref(old.page[0], -1)
+            if sp is None or sp.transfer_id != old.transfer_id:
+                s.transfer_dst.pop(old.transfer_id, None)
+        if sp is not None:
+            self._ref(sp.page[0], 1)
+            s.transfer_dst[sp.transfer_id] = h
+            s.open_spills.add(h)
+        else:
+            s.open_spills.discard(h)
+        s.spill[h] = sp
 
     def _host_to(self, h: int, trigger: str) -> None:
         """Fire a host-page lifecycle trigger, keeping the in-use count in step."""
@@ -119,11 +177,18 @@ class ProtocolMachine:
     def hit_len(self, r: RequestId) -> int:
         """The spec's HitLen: the longest prefix of r's pages published on the host."""
         n = 0
+        prefix = self.state.prefix
         for k in self.state.page_keys[r]:
-            if not self.state.prefix[k]:
+            if not prefix.get(k):
                 break
             n += 1
         return n
+
+    def check_arrive(self, r: RequestId) -> None:
+        """Raise ActionNotEnabled unless r is a declared request that has not arrived."""
+        self._request("Arrive", r)
+        if self.state.req[r] != "new":
+            raise ActionNotEnabled("Arrive", f"request {r!r} is {self.state.req[r]}, not new")
 
     # -- scheduler actions ------------------------------------------------
 
@@ -139,9 +204,7 @@ class ProtocolMachine:
         lowest-numbered candidates are taken.
         """
         s, a = self.state, "Arrive"
-        self._request(a, r)
-        if s.req[r] != "new":
-            raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, not new")
+        self.check_arrive(r)
         keys = s.page_keys[r]
         m = self.hit_len(r)
         if hosts is None:
@@ -150,16 +213,17 @@ class ProtocolMachine:
         if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
             raise ActionNotEnabled(a, f"hosts {list(hosts)} are not published copies of the hit")
         need = len(keys) - m
-        cand = [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is None]
-        if self.bug == "double_allocation":
-            cand += [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is not None]
-        if blocks is None:
+        if blocks is None:  # the lowest free blocks (a scan: tests and drivers only)
+            cand = [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is None]
+            if self.bug == "double_allocation":
+                cand += [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is not None]
             if len(cand) < need:
                 raise ActionNotEnabled(a, f"needs {need} free GPU blocks, {len(cand)} free")
             blocks = cand[:need]
         for g in blocks:
             self._gpu(a, g)
-        if len(blocks) != need or len(set(blocks)) != need or any(g not in cand for g in blocks):
+        usable = self.bug == "double_allocation" or all(s.gpu_owner[g] is None for g in blocks)
+        if len(blocks) != need or len(set(blocks)) != need or not usable:
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
         s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "arrive"))
         for i in range(m):
@@ -167,23 +231,16 @@ class ProtocolMachine:
         for j, g in enumerate(blocks):
             p = (r, m + j + 1)
             self._set_loc(p, ("gpu", g))
-            s.gpu_owner[g] = p
+            self._own(g, p)
             s.gpu_data[g] = keys[m + j]
         self._done(a, {"request": r})
 
     def StartSpill(self, p: Page, h: int) -> int:
         """Pin source and destination leases and send a SparseKVPageTransfer; returns its ID."""
         s, a = self.state, "StartSpill"
-        self._request(a, p[0])
+        where = self.check_spill(p)
         self._host(a, h)
         h = HostBlock(h)
-        if p not in s.loc:
-            raise ActionNotEnabled(a, f"unknown page {p!r}")
-        if s.req[p[0]] != "running":
-            raise ActionNotEnabled(a, f"request {p[0]!r} is {s.req[p[0]]}")
-        where = s.loc[p]
-        if where is None or where[0] != "gpu":
-            raise ActionNotEnabled(a, f"page {p!r} is not resident on the GPU")
         if s.host_state[h] != "free":
             raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}")
         cap = (
@@ -194,23 +251,35 @@ class ProtocolMachine:
         if s.host_used >= cap:
             raise ActionNotEnabled(a, f"host pool full ({cap} blocks in use)")
         g = where[1]
-        if s.src_pin[g]:
-            raise ActionNotEnabled(a, f"GPU block {g} is already pinned by a transfer")
         tid = s.next_transfer_id
         s.next_transfer_id += 1
-        s.transfer_dst[tid] = h
         self._host_to(h, "lease")
         s.host_key[h] = s.key_of(p)
-        s.spill[h] = Spill(g, p, "sent", tid)
+        self._set_spill(h, Spill(g, p, "sent", tid))
         s.down[tid] = Transfer(tid, g, h)
         if self.bug == "release_source_at_send":
             self._set_loc(p, ("host", h))
-            s.gpu_owner[g] = None
+            self._own(g, None)
             s.gpu_data[g] = GARBAGE
         else:
             s.src_pin[g] = True
         self._done(a, {"page": [p[0], p[1]], "host_block": h})
         return tid
+
+    def check_spill(self, p: Page) -> Loc:
+        """The page's part of StartSpill's condition (the host block's is separate):
+        returns its resident location, or raises ActionNotEnabled."""
+        s, a = self.state, "StartSpill"
+        if not isinstance(p, tuple) or len(p) != 2 or not s.known(p):
+            raise ActionNotEnabled(a, f"unknown page {p!r}")
+        if s.req[p[0]] != "running":
+            raise ActionNotEnabled(a, f"request {p[0]!r} is {s.req[p[0]]}")
+        where = s.loc[p]
+        if where is None or where[0] != "gpu":
+            raise ActionNotEnabled(a, f"page {p!r} is not resident on the GPU")
+        if s.src_pin[where[1]]:
+            raise ActionNotEnabled(a, f"GPU block {where[1]} is already pinned by a transfer")
+        return where
 
     def ConsumeMeta(self) -> None:
         """Consume the oldest worker meta: enqueued IDs first, then completed IDs."""
@@ -239,6 +308,31 @@ class ProtocolMachine:
                     self._publish(h)
         self._done(a, {})
 
+    def check_report(self, enqueued: Sequence[int], completed: Sequence[int]) -> None:
+        """Raise unless WorkerEnqueue (each of ``enqueued``), WorkerComplete (each of
+        ``completed``), WorkerReport and ConsumeMeta would all be enabled in turn: a
+        worker meta is checked whole before any of it is applied. O(its IDs)."""
+        s = self.state
+        if s.up or s.w_enq or s.w_done:
+            raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
+        for ids in (enqueued, completed):
+            seen: set[int] = set()
+            for tid in ids:
+                if tid in seen:
+                    raise UnknownTransfer(tid, "repeated within one worker meta")
+                seen.add(tid)
+        for tid in enqueued:
+            if tid not in s.down:
+                raise UnknownTransfer(tid, "enqueued ack for a transfer not awaiting one")
+        enq = set(enqueued)
+        for tid in completed:
+            h = s.transfer_dst.get(tid)
+            sp = s.spill[h] if h is not None else None
+            if h is None or sp is None or sp.transfer_id != tid:
+                raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
+            if not (tid in enq or s.copying_tid.get(h) == tid):
+                raise UnknownTransfer(tid, "completed ack before its enqueued ack")
+
     def _resolve_ids(
         self, ids: Sequence[int], phase: str | None, enqueued_now: set[int]
     ) -> list[int]:
@@ -254,7 +348,7 @@ class ProtocolMachine:
             if h is None or sp is None or sp.transfer_id != tid:
                 raise UnknownTransfer(tid, "not an open transfer")
             ok = phase is None or sp.phase == phase or (
-                phase == "enqueued" and h in enqueued_now
+                phase == "enqueued" and (h in enqueued_now or sp.phase == "abandoned")
             )
             if not ok:
                 raise UnknownTransfer(tid, f"ack out of order: transfer is {sp.phase}")
@@ -269,32 +363,37 @@ class ProtocolMachine:
         g, p = sp.src, sp.page
         if s.req[p[0]] == "running":
             self._set_loc(p, ("gpu", h) if self.bug == "host_id_as_gpu_index" else ("host", h))
-        s.gpu_owner[g] = None
+        self._own(g, None)
         s.gpu_data[g] = GARBAGE
         if self.bug != "enqueued_ack_keeps_pin":
             s.src_pin[g] = False
-        s.spill[h] = sp._replace(phase="enqueued")
+        self._set_spill(h, sp._replace(phase="enqueued"))
 
     def _after_completed(self, h: int, *, published_early: bool) -> None:
         s = self.state
         sp = s.spill[h]
         assert sp is not None
         TRANSFER.next(sp.phase, "completed_ack")
-        s.spill[h] = None
-        if s.req[sp.page[0]] != "aborted":
+        self._set_spill(h, None)
+        if s.req[sp.page[0]] != "aborted" and sp.phase != "abandoned":
             if not (published_early and s.host_state[h] == "valid"):
                 self._publish(h)
         else:
-            self._host_to(h, "discard")
-            s.host_key[h] = None
-            s.host_data[h] = GARBAGE
+            self._discard(h)
+
+    def _discard(self, h: int) -> None:
+        """A destination whose bytes will never be published goes back to the pool."""
+        s = self.state
+        self._host_to(h, "discard")
+        s.host_key[h] = None
+        s.host_data[h] = GARBAGE
 
     def _publish(self, h: int) -> None:
         s = self.state
         self._host_to(h, "publish")
         k = s.host_key[h]
         assert k is not None
-        s.prefix[k].add(h)
+        s.prefix.setdefault(k, set()).add(h)
 
     def _end(self, r: RequestId, how: str) -> list[int]:
         """End r; returns the GPU blocks handed back to HMA (pinned ones wait)."""
@@ -308,7 +407,7 @@ class ProtocolMachine:
             return []
         freed = [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]
         for g in freed:
-            s.gpu_owner[g] = None
+            self._own(g, None)
             s.gpu_data[g] = GARBAGE
         return freed
 
@@ -336,7 +435,7 @@ class ProtocolMachine:
                     s.host_used -= s.host_state[h] != "free"
                     s.host_state[h] = "free"
                     s.host_key[h] = None
-                    s.spill[h] = None
+                    self._set_spill(h, None)
         self._done("Abort", {"request": r})
         return freed
 
@@ -353,9 +452,42 @@ class ProtocolMachine:
         self._host_to(h, "evict")
         s.host_key[h] = None
         if self.bug != "evict_keeps_index":
-            s.prefix[k].discard(h)
+            published = s.prefix[k]
+            published.discard(h)
+            if not published:  # the index holds live keys only
+                del s.prefix[k]
         s.host_data[h] = GARBAGE
         self._done(a, {"host_block": h})
+
+    def retire_refusal(self, r: RequestId) -> str | None:
+        """Why ended request r cannot retire yet (None: it can). O(its pages)."""
+        s = self.state
+        if any(s.loc[p] is not None for p in s.pages_of(r)):  # ending clears them
+            return f"request {r!r} still has block-table entries"
+        if self.bug != "retire_inflight" and s.req_refs.get(r):
+            return f"request {r!r} still has {s.req_refs[r]} resident leases or open transfers"
+        if self.bug == "retire_waits_for_host_pages":
+            keys = set(s.page_keys[r])
+            if any(k in keys for k in s.host_key):
+                return f"a host block still holds a key of {r!r}"
+        return None
+
+    def Retire(self, r: RequestId) -> None:
+        """An ended request that nothing references leaves the protocol state; its ID
+        may be declared again. Costs O(its pages)."""
+        s, a = self.state, "Retire"
+        self._request(a, r)
+        if not REQUEST.allows(s.req[r], "retire"):
+            raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, not ended")
+        why = self.retire_refusal(r)
+        if why:
+            raise ActionNotEnabled(a, why)
+        pages = s.pages_of(r)
+        REQUEST.next(s.req[r], "retire")
+        for p in pages:
+            del s.loc[p]
+        del s.req[r], s.page_keys[r]
+        self._done(a, {"request": r})
 
     # -- worker actions ---------------------------------------------------
 
@@ -409,6 +541,52 @@ class ProtocolMachine:
         self._done(a, {})
         return meta
 
+    def WorkerLoss(self) -> LossOutcome:
+        """The worker restarted or a metadata message was lost; recover in the same step.
+
+        Commands not taken, acks not reported and a meta in transit are gone; copies in
+        the stream (``copying``) keep running. Costs O(open transfers).
+        """
+        s = self.state
+        s.down.clear()
+        s.up.clear()
+        s.w_enq.clear()
+        s.w_done.clear()
+        out = LossOutcome()
+        for h in sorted(s.open_spills):
+            sp = s.spill[h]
+            assert sp is not None
+            busy = s.copying[h] is not None
+            r = sp.page[0]
+            if sp.phase == "sent":
+                s.src_pin[sp.src] = False
+                out.unpinned.append(sp.src)
+                if s.req[r] in ("finished", "aborted"):
+                    self._own(sp.src, None)
+                    s.gpu_data[sp.src] = GARBAGE
+                    out.returned.append(sp.src)
+                elif s.req[r] == "running":
+                    out.resident.append(sp.page)
+                if busy and self.bug != "recover_frees_busy_destination":
+                    TRANSFER.next(sp.phase, "lost_running")
+                    self._set_spill(h, sp._replace(phase="abandoned"))
+                    continue
+                publish = self.bug == "recover_publishes_unsent" and not busy
+            elif busy:  # past its enqueued ack (or abandoned) and still copying: wait
+                continue
+            else:
+                publish = sp.phase == "enqueued"  # landed; only its completed ack was lost
+            TRANSFER.next(sp.phase, "lost_idle")
+            self._set_spill(h, None)
+            if publish and s.req[r] != "aborted":
+                self._publish(h)
+                out.published.append(h)
+            else:
+                self._discard(h)
+                out.freed.append(h)
+        self._done("WorkerLoss", {})
+        return out
+
     # -- helpers for drivers ------------------------------------------------
 
     def enabled(self) -> list[tuple[str, Callable[[], object]]]:
@@ -424,6 +602,9 @@ class ProtocolMachine:
             out.append(("WorkerReport", self.WorkerReport))
         if s.up:
             out.append(("ConsumeMeta", self.ConsumeMeta))
+        for r, st in s.req.items():
+            if st in ("finished", "aborted") and self.retire_refusal(r) is None:
+                out.append(("Retire", partial(self.Retire, r)))
         return out
 
     def drain(self) -> int:

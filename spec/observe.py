@@ -63,6 +63,11 @@ ACTION_WRITES: dict[str, tuple[str, ...]] = {
     "Finish": ("req", "loc", "gpuOwner", "gpuData"),
     "Abort": ("req", "loc", "gpuOwner", "gpuData", "hostState", "hostKey", "spill"),
     "EvictHost": ("hostState", "hostKey", "prefix", "hostData"),
+    "Retire": ("req",),
+    "WorkerLoss": (
+        "down", "up", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill",
+        "hostState", "hostKey", "prefix", "hostData",
+    ),
     "WorkerEnqueue": ("down", "copying", "wEnq"),
     "WorkerDrop": ("down",),
     "WorkerComplete": ("hostData", "copying", "wDone"),

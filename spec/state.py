@@ -21,7 +21,7 @@ Tier = Literal["gpu", "host"]
 Loc = tuple[Tier, int]
 ReqState = Literal["new", "running", "finished", "aborted"]
 HostState = Literal["free", "leased", "valid"]
-Phase = Literal["sent", "enqueued"]
+Phase = Literal["sent", "enqueued", "abandoned"]
 
 EMPTY = "empty"
 GARBAGE = "garbage"
@@ -136,6 +136,9 @@ class ProtocolState:
     copying_tid: dict[int, int] = field(default_factory=dict)
     host_refs: dict[int, int] = field(default_factory=dict)  # block-table entries per host block
     host_used: int = 0  # host blocks not free (host_in_use() recomputes it for invariants)
+    open_spills: set[int] = field(default_factory=set)  # host blocks h with spill[h] set
+    # per request: resident leases and open transfers naming its pages (Referenced)
+    req_refs: dict[RequestId, int] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, config: ProtocolConfig) -> ProtocolState:
@@ -159,6 +162,11 @@ class ProtocolState:
 
     def pages_of(self, r: RequestId) -> list[Page]:
         return [(r, i) for i in range(1, len(self.page_keys[r]) + 1)]
+
+    def known(self, p: Page) -> bool:
+        """p is a page of a request in the protocol state (not retired, not undeclared)."""
+        keys = self.page_keys.get(p[0])
+        return keys is not None and 1 <= p[1] <= len(keys)
 
     def key_of(self, p: Page) -> Key:
         return self.page_keys[p[0]][p[1] - 1]

@@ -45,11 +45,13 @@ Action = Literal[
     "Abort",
     "StartSpill",
     "EvictHost",
+    "Retire",
     "ConsumeMeta",
     "WorkerEnqueue",
     "WorkerDrop",
     "WorkerComplete",
     "WorkerReport",
+    "WorkerLoss",
 ]
 
 
@@ -116,7 +118,7 @@ class TraceHeader(_Frozen):
 
 
 class RequestArgs(_Frozen):
-    """Arrive, Finish, Abort."""
+    """Arrive, Finish, Abort, Retire."""
 
     request: Name
 
@@ -142,7 +144,7 @@ class TransferArgs(_Frozen):
 
 
 class NoArgs(_Frozen):
-    """ConsumeMeta, WorkerReport."""
+    """ConsumeMeta, WorkerReport, WorkerLoss."""
 
 
 Args = RequestArgs | SpillArgs | HostBlockArgs | TransferArgs | NoArgs
@@ -153,11 +155,13 @@ ARGS: dict[str, type[_Frozen]] = {
     "Abort": RequestArgs,
     "StartSpill": SpillArgs,
     "EvictHost": HostBlockArgs,
+    "Retire": RequestArgs,
     "ConsumeMeta": NoArgs,
     "WorkerEnqueue": TransferArgs,
     "WorkerDrop": TransferArgs,
     "WorkerComplete": HostBlockArgs,
     "WorkerReport": NoArgs,
+    "WorkerLoss": NoArgs,
 }
 
 # The variables each action writes in the correct spec (Bug = "none"). A step must
@@ -168,6 +172,7 @@ WRITES: dict[str, frozenset[str]] = {
     "Abort": frozenset({"req", "loc", "gpuOwner", "gpuData"}),
     "StartSpill": frozenset({"hostState", "hostKey", "spill", "down", "srcPin"}),
     "EvictHost": frozenset({"hostState", "hostKey", "prefix", "hostData"}),
+    "Retire": frozenset({"req"}),
     "ConsumeMeta": frozenset(
         {"loc", "gpuOwner", "gpuData", "srcPin", "spill", "hostState", "hostKey", "prefix"}
         | {"hostData", "up"}
@@ -176,6 +181,10 @@ WRITES: dict[str, frozenset[str]] = {
     "WorkerDrop": frozenset({"down"}),
     "WorkerComplete": frozenset({"hostData", "copying", "wDone"}),
     "WorkerReport": frozenset({"up", "wEnq", "wDone"}),
+    "WorkerLoss": frozenset(
+        {"down", "up", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill"}
+        | {"hostState", "hostKey", "prefix", "hostData"}
+    ),
 }
 
 
@@ -187,7 +196,7 @@ class SpillRecord(_Frozen):
 
     src: BlockId
     page: Page
-    phase: Literal["sent", "enqueued"]
+    phase: Literal["sent", "enqueued", "abandoned"]
 
 
 class Transfer(_Frozen):

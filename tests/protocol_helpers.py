@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 from hisparse.spec.machine import ProtocolMachine
-from hisparse.spec.state import ProtocolConfig
+from hisparse.spec.state import ProtocolConfig, ProtocolState
 
 # A universe with prefix sharing: r0/r2 share a two-page prefix, r1 its first page.
 UNIVERSE: dict[str, tuple[str, ...]] = {
@@ -50,10 +51,41 @@ def full_spill(m: ProtocolMachine, page: tuple[str, int], h: int) -> int:
     return tid
 
 
-def legal_moves(m: ProtocolMachine) -> list[tuple[str, tuple[Any, ...]]]:
-    """The enabled actions, stated independently of the machine (a test oracle)."""
+def index_problems(s: ProtocolState) -> list[str]:
+    """The machine's auxiliary indexes, recomputed from the spec variables (a test oracle)."""
+    refs: Counter[str] = Counter(o[0] for o in s.gpu_owner if o is not None)
+    refs.update(sp.page[0] for sp in s.spill if sp is not None)
+    hrefs = Counter(w[1] for w in s.loc.values() if w is not None and w[0] == "host")
+    open_ = {h for h, sp in enumerate(s.spill) if sp is not None}
+    dst = {sp.transfer_id: h for h, sp in enumerate(s.spill) if sp is not None}
+    out = []
+    if dict(refs) != s.req_refs:
+        out.append(f"req_refs {s.req_refs} != {dict(refs)}")
+    if dict(hrefs) != s.host_refs:
+        out.append(f"host_refs {s.host_refs} != {dict(hrefs)}")
+    if open_ != s.open_spills:
+        out.append(f"open_spills {s.open_spills} != {open_}")
+    if dst != s.transfer_dst:
+        out.append(f"transfer_dst {s.transfer_dst} != {dst}")
+    if s.host_used != s.host_in_use():
+        out.append(f"host_used {s.host_used} != {s.host_in_use()}")
+    if any(not hs for hs in s.prefix.values()):
+        out.append("the prefix index keeps an empty entry")
+    return out
+
+
+def legal_moves(
+    m: ProtocolMachine, universe: dict[str, tuple[str, ...]] | None = None
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The enabled actions, stated independently of the machine (a test oracle).
+
+    A retired request of ``universe`` (by default: every request a recording machine has
+    declared, else ``UNIVERSE``) may be declared again (``add_request``)."""
     s = m.state
     moves: list[tuple[str, tuple[Any, ...]]] = []
+    for r, keys in (universe or m.declared or UNIVERSE).items():
+        if r not in s.page_keys:
+            moves.append(("add_request", (r, keys)))
     for r in s.page_keys:
         if s.req[r] == "new":
             need = len(s.page_keys[r]) - m.hit_len(r)
@@ -62,6 +94,13 @@ def legal_moves(m: ProtocolMachine) -> list[tuple[str, tuple[Any, ...]]]:
             moves.append(("Abort", (r,)))
         if s.req[r] == "running":
             moves += [("Finish", (r,)), ("Abort", (r,))]
+        if s.req[r] in ("finished", "aborted"):
+            mine = set(s.pages_of(r))
+            held = any(o in mine for o in s.gpu_owner) or any(
+                sp is not None and sp.page in mine for sp in s.spill
+            )
+            if not held and all(s.loc[p] is None for p in mine):
+                moves.append(("Retire", (r,)))
     free = [h for h in range(s.config.host_blocks) if s.host_state[h] == "free"]
     if free and s.host_in_use() < s.config.host_capacity:
         for p, where in s.loc.items():
@@ -79,6 +118,7 @@ def legal_moves(m: ProtocolMachine) -> list[tuple[str, tuple[Any, ...]]]:
         moves.append(("WorkerReport", ()))
     if s.up:
         moves.append(("ConsumeMeta", ()))
+    moves.append(("WorkerLoss", ()))
     return moves
 
 

@@ -16,7 +16,7 @@ import pytest
 from hisparse.blockpool import BlockPool
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole, MalformedMetadata
-from hisparse.coordinator import HiSparseCoordinator
+from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
 from hisparse.spec.messages import (
@@ -75,8 +75,10 @@ def spilled(c: HiSparseCoordinator, r: str) -> int:
     assert c.admit(r) is not None
     tid = c.spill((r, 1))
     assert tid is not None
+    h = c.state.transfer_dst[tid]
     ack(c, (tid,), (tid,))
-    return c.state.transfer_dst[tid]
+    assert tid not in c.state.transfer_dst  # a closed transfer leaves the table
+    return h
 
 
 # --- coordinator -----------------------------------------------------------------------------
@@ -88,11 +90,18 @@ def test_admit_unknown_request_is_typed() -> None:
 
 
 def test_admit_without_blocks_changes_nothing() -> None:
-    c = coordinator(gpu_blocks=1)
+    c = coordinator(gpu_blocks=2)
+    assert c.admit("c") is not None
     before = snap(c)
-    assert c.admit("ab") is None  # needs two, one free
+    assert c.admit("ab") is None  # needs two, one free now (two would fit an empty pool)
     assert snap(c) == before
     assert c.admit("a") is not None  # needs exactly the one free block
+
+
+def test_admit_never_fits_is_typed_and_changes_nothing() -> None:
+    c = coordinator(gpu_blocks=1)
+    refused(c, lambda: c.admit("ab"), RequestNeverFits)  # two pages, a one-block pool
+    assert c.admit("a") is not None  # one page: exactly the pool
 
 
 def test_admit_refused_by_the_machine_hands_the_blocks_back() -> None:
@@ -154,11 +163,11 @@ def test_acks_in_order_across_metas() -> None:
     c = coordinator()
     tid = _open_spill(c)
     c.take_commands()
+    h = c.state.transfer_dst[tid]
     c.on_worker_meta(HiSparseWorkerMeta(enqueued=(tid,)))
     refused(c, lambda: c.on_worker_meta(HiSparseWorkerMeta(enqueued=(tid,))), UnknownTransfer)
     c.on_worker_meta(HiSparseWorkerMeta(completed=(tid,)))
     refused(c, lambda: c.on_worker_meta(HiSparseWorkerMeta(completed=(tid,))), UnknownTransfer)
-    h = c.state.transfer_dst[tid]
     assert c.state.host_state[h] == "valid"
     _, reps = c.take_commands()
     assert reps == (BlockTableReplacement(request_id="a", page_index=1, host_block=h),)
@@ -173,19 +182,31 @@ def test_empty_meta_is_a_no_op() -> None:
     assert snap(c) == before
 
 
-def test_evicts_the_least_recently_published_unreferenced_page() -> None:
+def test_evicts_the_least_recently_used_unreferenced_page() -> None:
     c = coordinator(host_blocks=2)
     ha = spilled(c, "a")  # published first
     hb = spilled(c, "b")  # published second
-    c.finish("b")
-    c.finish("a")  # finishing order does not matter; publish order does
+    c.finish("b")  # b's page is unreferenced first: it is the least recently used
+    c.finish("a")
     assert c.state.host_used == 2
     assert c.admit("c") is not None
     tid = c.spill(("c", 1))
     assert tid is not None
-    assert c.state.transfer_dst[tid] == ha
-    assert c.state.prefix["ka"] == set()
-    assert c.state.prefix["kb"] == {hb} and c.state.host_state[hb] == "valid"
+    assert c.state.transfer_dst[tid] == hb
+    assert c.state.prefix.get("kb", set()) == set()
+    assert c.state.prefix["ka"] == {ha} and c.state.host_state[ha] == "valid"
+
+
+def test_eviction_order_follows_last_use_not_publish_order() -> None:
+    c = coordinator(host_blocks=2)
+    ha = spilled(c, "a")
+    hb = spilled(c, "b")
+    c.finish("a")  # now a's page is the older unreferenced one
+    c.finish("b")
+    assert c.admit("c") is not None
+    tid = c.spill(("c", 1))
+    assert tid is not None and c.state.transfer_dst[tid] == ha
+    assert c.state.prefix["kb"] == {hb}
 
 
 def test_never_evicts_a_referenced_page() -> None:
@@ -225,7 +246,7 @@ def test_reclaim_stops_at_the_asked_count() -> None:
     assert c.reclaim(0) == 0
     assert c.reclaim(2) == 2
     assert c.spills == 2
-    assert c.spillable() == [("ab", 2)]  # oldest declared request first: c, then ab
+    assert c.spillable() == [("c", 1)]  # oldest admission first: ab's pages, then c's
 
 
 # --- worker ------------------------------------------------------------------------------------

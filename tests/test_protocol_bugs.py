@@ -118,6 +118,42 @@ def _abort_keeps_resident_blocks(bug: str) -> ProtocolMachine:
     return m
 
 
+def _recover_frees_busy_destination(bug: str) -> ProtocolMachine:
+    m = make_machine(bug)
+    m.Arrive("r1")
+    tid = m.StartSpill(("r1", 1), 0)
+    m.WorkerEnqueue(tid)  # the copy runs; its enqueued ack is lost with the worker
+    m.WorkerLoss()
+    return m
+
+
+def _recover_publishes_unsent(bug: str) -> ProtocolMachine:
+    m = make_machine(bug)
+    m.Arrive("r1")
+    m.StartSpill(("r1", 1), 0)  # the command is lost before the worker takes it
+    m.WorkerLoss()
+    return m
+
+
+def _retire_inflight(bug: str) -> ProtocolMachine:
+    m = make_machine(bug)
+    m.Arrive("r1")
+    m.StartSpill(("r1", 1), 0)
+    m.Finish("r1")  # its source stays pinned until the enqueued ack
+    if bug == "retire_inflight":
+        m.Retire("r1")
+    return m
+
+
+def _retire_waits_for_host_pages(bug: str) -> ProtocolMachine:
+    m = make_machine(bug)
+    m.Arrive("r1")
+    full_spill(m, ("r1", 1), 0)  # published: host block 0 holds r1's key
+    m.Finish("r1")
+    m.drain()
+    return m
+
+
 SCENARIOS: dict[str, Scenario] = {
     "host_id_as_gpu_index": _host_id_as_gpu_index,
     "double_allocation": _double_allocation,
@@ -131,6 +167,10 @@ SCENARIOS: dict[str, Scenario] = {
     "worker_drops_transfer": _worker_drops_transfer,
     "batched_done_before_enqueued": _batched_done_before_enqueued,
     "abort_keeps_resident_blocks": _abort_keeps_resident_blocks,
+    "recover_frees_busy_destination": _recover_frees_busy_destination,
+    "recover_publishes_unsent": _recover_publishes_unsent,
+    "retire_inflight": _retire_inflight,
+    "retire_waits_for_host_pages": _retire_waits_for_host_pages,
 }
 
 

@@ -1,7 +1,8 @@
 """Hypothesis drives ProtocolMachine through random legal and illegal sequences.
 
 Every rule tries an action with arguments drawn from the whole universe, so many
-attempts are illegal: those must raise a typed error and change nothing. All
+attempts are illegal: those must raise a typed error and change nothing. Requests
+retire and their IDs are declared again; the worker may be lost at any moment. All
 invariants are checked after every step (the machine checks inside each action,
 and the @invariant re-checks independently). At teardown the fair actions are
 drained and the liveness twins must hold.
@@ -18,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.state import Meta
-from tests.protocol_helpers import UNIVERSE, legal_moves, make_machine
+from tests.protocol_helpers import UNIVERSE, index_problems, legal_moves, make_machine
 
 REQUESTS = sorted(UNIVERSE)
 PAGES = [(r, i) for r in REQUESTS for i in range(1, len(UNIVERSE[r]) + 1)]
@@ -59,7 +60,7 @@ class ProtocolStateful(RuleBasedStateMachine):
     @rule(
         action=st.sampled_from(
             ["Arrive", "Finish", "Abort", "StartSpill", "EvictHost", "WorkerEnqueue",
-             "WorkerComplete", "WorkerReport", "ConsumeMeta"]
+             "WorkerComplete", "WorkerReport", "ConsumeMeta", "Retire", "add_request"]
         ),
         r=st.sampled_from(REQUESTS),
         p=st.sampled_from(PAGES),
@@ -70,7 +71,8 @@ class ProtocolStateful(RuleBasedStateMachine):
         args: dict[str, tuple[Any, ...]] = {
             "Arrive": (r,), "Finish": (r,), "Abort": (r,), "StartSpill": (p, n),
             "EvictHost": (n,), "WorkerEnqueue": (n,), "WorkerComplete": (n,),
-            "WorkerReport": (), "ConsumeMeta": (),
+            "WorkerReport": (), "ConsumeMeta": (), "Retire": (r,),
+            "add_request": (r, UNIVERSE[r]),
         }
         self.attempt(action, *args[action])
 
@@ -97,7 +99,7 @@ class ProtocolStateful(RuleBasedStateMachine):
     def invariants_hold(self) -> None:
         for name, check in INVARIANTS.items():
             assert check(self.m.state) == [], name
-        assert self.m.state.host_used == self.m.state.host_in_use()  # the hot-path counter
+        assert index_problems(self.m.state) == []  # the hot-path indexes
 
     def teardown(self) -> None:
         self.m.drain()

@@ -5,8 +5,12 @@ under GPU pressure, finish or abort at any point; the stream completes copies
 late and in batches; worker metas are delayed, batched, duplicated and delivered
 out of order; malformed metadata and bad IDs are thrown at both sides. After
 every step all protocol invariants hold (the coordinator checks them on every
-action) and every row the resolver returned holds exactly the bytes written for
-its position. Bad input gets a typed error and changes nothing.
+action), the coordinator's own tables agree with the protocol state, and every
+row the resolver returned holds exactly the bytes written for its position. Ended
+requests retire and their IDs come back; a step's metadata is lost and the worker
+restarts. Bad input (illegal spills, metas with repeated IDs, a request that can
+never fit) gets a typed error and changes nothing. After each run drains, the
+protocol state, the coordinator's tables and both pools are empty.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from hisparse.connector import MalformedMetadata
+from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.simulate import SimulateOptions, Simulation
-from hisparse.spec.errors import UnknownTransfer
+from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
@@ -32,6 +37,7 @@ from hisparse.spec.messages import (
     SparseKVPageTransfer,
 )
 from hisparse.worker import WorkerError
+from tests.protocol_helpers import index_problems
 
 STEPS = {"total": 0}
 OPTS = SimulateOptions(
@@ -41,12 +47,51 @@ OPTS = SimulateOptions(
 )
 
 
+def coordinator_tables(c: HiSparseCoordinator) -> dict[str, Any]:
+    """The coordinator's own tables and counters (outside the protocol state)."""
+    return copy.deepcopy({k: v for k, v in vars(c).items() if k not in ("machine", "kv")})
+
+
+def coordinator_problems(c: HiSparseCoordinator) -> list[str]:
+    """The coordinator's indexes, recomputed from the protocol state (a test oracle)."""
+    s = c.state
+    running = {r for r, st in s.req.items() if st == "running"}
+    resident = {
+        p for r in running for p in s.pages_of(r)
+        if (w := s.loc[p]) is not None and w[0] == "gpu" and not s.src_pin[w[1]]
+    }
+    unreferenced = {
+        h for h, st in enumerate(s.host_state) if st == "valid" and not s.host_refs.get(h)
+    }
+    free = [h for h, st in enumerate(s.host_state) if st == "free"]
+    t = vars(c)
+    out = []
+    if set(t["_resident"]) != resident:
+        out.append(f"spillable pages {set(t['_resident'])} != {resident}")
+    if set(t["_lru"]) != unreferenced:
+        out.append(f"eviction LRU {set(t['_lru'])} != {unreferenced}")
+    if sorted(t["_host_free"]) != free:
+        out.append(f"free host heap {sorted(t['_host_free'])} != {free}")
+    if set(t["_running"]) != running:
+        out.append(f"running {set(t['_running'])} != {running}")
+    if set(t["_sent"]) | set(t["_unsent"]) != set(s.down) or set(t["_sent"]) & set(t["_unsent"]):
+        out.append(f"sent {t['_sent']} / unsent {t['_unsent']} do not split down {set(s.down)}")
+    retirable = [
+        r for r, st in s.req.items()
+        if st in ("finished", "aborted") and c.machine.retire_refusal(r) is None
+    ]
+    if retirable:
+        out.append(f"ended requests {retirable} reference nothing but were not retired")
+    return out + index_problems(s)
+
+
 def snapshot(sim: Simulation) -> Any:
     """Everything a refused input must leave alone."""
     w = sim.worker
     pools = [sim.executor.snapshot(h.runtime.pools) for h in w.handles]
     return (
         sim.coordinator.state.clone(),
+        coordinator_tables(sim.coordinator),
         copy.deepcopy(sim.kv.__dict__),
         copy.deepcopy(w.tables),
         [p["device"] for p in pools],
@@ -76,6 +121,16 @@ class SystemStateful(RuleBasedStateMachine):
         self.delivered: list[HiSparseWorkerMeta] = []
         self.t = 0
 
+    def _refused_or_done(self, call: Any, errors: tuple[type[Exception], ...]) -> bool:
+        """Either accepted, or refused with a typed error and no change at all."""
+        before = snapshot(self.sim)
+        try:
+            call()
+        except errors:
+            assert same(before, snapshot(self.sim)), "a refused input changed the state"
+            return False
+        return True
+
     def _refused(self, call: Any, errors: tuple[type[Exception], ...]) -> None:
         before = snapshot(self.sim)
         try:
@@ -90,6 +145,70 @@ class SystemStateful(RuleBasedStateMachine):
         if self.n < 40:
             self.sim._new_request(self.n)
             self.n += 1
+
+    @rule(data=st.data())
+    def reuse_id(self, data: st.DataObject) -> None:
+        """Declare a retired request's ID again (new pages, maybe a new prefix)."""
+        s = self.sim.coordinator.state
+        gone = [i for i in range(self.n) if f"req{i}" not in s.page_keys]
+        if gone:
+            self.sim._new_request(data.draw(st.sampled_from(gone)))
+
+    @rule(data=st.data())
+    def any_spill(self, data: st.DataObject) -> None:
+        """spill() on any page: a page the protocol refuses leaks no host block."""
+        s = self.sim.coordinator.state
+        if not s.page_keys:
+            return
+        r = data.draw(st.sampled_from(sorted(s.page_keys)))
+        i = data.draw(st.integers(0, len(s.page_keys[r]) + 1))
+        self._refused_or_done(lambda: self.sim.coordinator.spill((r, i)), (ActionNotEnabled,))
+
+    @rule(data=st.data())
+    def repeated_ids(self, data: st.DataObject) -> None:
+        """A meta built with model_construct (no validation) that repeats an ID."""
+        c = self.sim.coordinator
+        tids = sorted(vars(c)["_sent"]) or sorted(c.state.transfer_dst) or [0]
+        tid = data.draw(st.sampled_from(tids))
+        done = data.draw(st.booleans())
+        meta = (HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid, tid)) if done
+                else HiSparseWorkerMeta.model_construct(enqueued=(tid, tid), completed=()))
+        self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownTransfer,))
+
+    @rule()
+    def never_fits(self) -> None:
+        """More pages than the GPU pool: admit says so with a typed error, changes nothing."""
+        c, name = self.sim.coordinator, f"huge{self.n}"
+        c.add_request(name, [f"{name}:{j}" for j in range(OPTS.gpu_blocks + 1)])
+        self._refused(lambda: c.admit(name), (RequestNeverFits,))
+        c.abort(name)
+        assert name not in c.state.req, "an aborted request that holds nothing retires"
+
+    @rule(drop_commands=st.booleans())
+    def lose_worker(self, drop_commands: bool) -> None:
+        """The worker restarts; held acks are lost, and maybe this step's commands."""
+        if drop_commands:
+            self.sim.sched.build_connector_meta()  # never reaches the worker
+        self.held.clear()
+        busy = self.sim.wconn.restart_worker()
+        self.sim.sched.on_worker_lost(busy)
+
+    @rule(send=st.booleans(), land=st.integers(0, 2))
+    def spill_then_lose(self, send: bool, land: int) -> None:
+        """A loss with transfers in flight: sent or not, copying or landed."""
+        c = self.sim.coordinator
+        for page in c.spillable(2):
+            c.spill(page)
+        if send:
+            self.send_commands()
+        self.sim.executor.release(min(land, len(self.sim.executor.queued())))
+        self.lose_worker(drop_commands=not send)
+
+    @rule(data=st.data())
+    def forged_loss_report(self, data: st.DataObject) -> None:
+        """A restart report naming a transfer that is not open is refused whole."""
+        tid = data.draw(st.integers(10_000, 20_000))
+        self._refused(lambda: self.sim.sched.on_worker_lost((tid,)), (UnknownTransfer,))
 
     @rule()
     def schedule(self) -> None:
@@ -188,7 +307,7 @@ class SystemStateful(RuleBasedStateMachine):
         for name, check in INVARIANTS.items():
             assert check(self.sim.coordinator.state) == [], name
         pool, s = self.sim.kv, self.sim.coordinator.state
-        assert s.host_used == s.host_in_use()
+        assert coordinator_problems(self.sim.coordinator) == []
         for g, owner in enumerate(s.gpu_owner):  # HMA and the coordinator agree
             assert pool.is_free(g) == (owner is None), g
             assert pool.is_pinned(g) == s.src_pin[g], g
@@ -200,6 +319,13 @@ class SystemStateful(RuleBasedStateMachine):
         sim.drain()
         for name, check in PROPERTIES.items():
             assert check(sim.coordinator.state) == [], name
+        c, s = sim.coordinator, sim.coordinator.state
+        c.evict_published()
+        assert coordinator_problems(c) == []
+        assert {k: n for k, n in c.table_sizes().items() if n} == {}, "tables not drained"
+        assert s.req == {} and s.loc == {} and not any(s.spill), "protocol state not empty"
+        assert s.host_used == 0 and s.prefix == {}, "host pool not empty"
+        assert sim.kv.num_free == sim.kv.num_blocks and not any(s.src_pin), "GPU pool not empty"
 
 
 def run_system(machine: type[SystemStateful], examples: int) -> int:

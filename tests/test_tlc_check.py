@@ -98,7 +98,7 @@ def test_injected_bug_is_caught(tlc: TlcInstall, tmp_path: Path, bug: InjectedBu
 
 def test_bug_registry_is_well_formed() -> None:
     names = [b.name for b in BUGS]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 16
     assert all(b.kind in ("invariant", "property") for b in BUGS)
 
 

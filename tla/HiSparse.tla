@@ -24,6 +24,12 @@
 (* overwritten by unrelated work at once ("garbage"), and so is a host    *)
 (* block handed back to the pool; any later read of it is caught.         *)
 (*                                                                         *)
+(* Retirement: an ended request that nothing references any more leaves  *)
+(* the protocol state; its ID is free again, which the spec writes as     *)
+(* req[r] = "new" (exactly its Init value), so the ID may be reused.      *)
+(* Worker loss: the worker restarts or a metadata message is lost; the    *)
+(* engine tells the coordinator, which recovers in the same step.         *)
+(*                                                                         *)
 (* `Bug` names a deliberately injected defect ("none" normally); each one *)
 (* must be caught by the invariant or property that hisparse.bugs names.  *)
 (***************************************************************************)
@@ -62,7 +68,9 @@ HostCapacityRoundedUp ==
 Loc == {NoLoc} \cup {<<"gpu", g>> : g \in GpuBlocks}
                \cup {<<"host", h>> : h \in HostBlocks}
 Transfers == [src : GpuBlocks, dst : HostBlocks]   \* SparseKVPageTransfer
-Spills == [src : GpuBlocks, page : Pages, phase : {"sent", "enqueued"}]
+\* "abandoned": closed by a worker loss, its destination held until the copy
+\* that may still be running into it is known to have finished.
+Spills == [src : GpuBlocks, page : Pages, phase : {"sent", "enqueued", "abandoned"}]
 WorkerMeta == [enq : SUBSET HostBlocks, done : SUBSET HostBlocks]
 
 VARIABLES
@@ -130,6 +138,12 @@ InFlight(h) ==
     \/ h \in wEnq \cup wDone
     \/ \E i \in 1..Len(up) : h \in up[i].enq \cup up[i].done
     \/ spill[h] # NoSpill
+
+\* Some protocol artifact still names a page of request r.
+Referenced(r) ==
+    \/ \E p \in PagesOf(r) : loc[p] # NoLoc
+    \/ \E g \in GpuBlocks : gpuOwner[g] \in PagesOf(r)
+    \/ \E h \in HostBlocks : spill[h].page \in PagesOf(r)
 
 \* The bytes a reader ordered after the worker stream sees on host block h.
 StreamHostData(h) == IF copying[h] # Idle THEN copying[h] ELSE hostData[h]
@@ -224,7 +238,8 @@ ConsumeMeta ==
                 THEN {h \in m.done : spill[h].phase = "enqueued"}
                 ELSE {h \in m.done : spill[h] # NoSpill}
            a == AfterEnqueued(E, spill)
-           Publish == {h \in D : req[a.spill[h].page[1]] # "aborted"}
+           Publish == {h \in D : /\ req[a.spill[h].page[1]] # "aborted"
+                                  /\ a.spill[h].phase # "abandoned"}
            PublishEarly == IF Bug = "publish_at_enqueued" THEN E ELSE {}
            Valid == Publish \cup PublishEarly
        IN /\ loc' = a.loc
@@ -284,6 +299,19 @@ EvictHost(h) ==
     /\ UNCHANGED <<req, loc, gpuOwner, srcPin, spill, down, up,
                    copying, wEnq, wDone, gpuData>>
 
+\* An ended request that nothing references leaves the protocol state: its
+\* ID is free again (the Init value), and may be declared anew.
+Retire(r) ==
+    /\ req[r] \in {"finished", "aborted"}
+    /\ IF Bug = "retire_inflight"
+       THEN \A p \in PagesOf(r) : loc[p] = NoLoc
+       ELSE ~Referenced(r)
+    /\ Bug = "retire_waits_for_host_pages" =>
+          \A h \in HostBlocks : hostKey[h] \notin {KeyOf(p) : p \in PagesOf(r)}
+    /\ req' = [req EXCEPT ![r] = "new"]
+    /\ UNCHANGED <<loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
+                   down, up, copying, wEnq, wDone, gpuData, hostData>>
+
 -----------------------------------------------------------------------------
 (* Worker actions. *)
 
@@ -323,6 +351,55 @@ WorkerReport ==
     /\ wDone' = {}
     /\ UNCHANGED <<schedVars, down, copying, gpuData, hostData>>
 
+\* Worker loss: the worker restarts, or a metadata message is lost in either
+\* direction. Commands not yet taken, acks not yet reported and a worker meta
+\* in transit are gone; copies already in the device stream keep running.
+\* The engine tells the coordinator in the same step, and the restarted
+\* worker names the destinations its stream still writes (Busy). Recovery:
+\*  - a transfer whose enqueued ack was never consumed is abandoned: its
+\*    source pin goes (the page stays resident; an ended request's block
+\*    returns to HMA), nothing is published, and its destination returns to
+\*    the pool unless a copy may still be running into it;
+\*  - a transfer past its enqueued ack whose copy has landed is completed
+\*    (the ack was lost, the bytes were not): published, or discarded for an
+\*    aborted request; one still copying waits for its completed ack;
+\*  - an abandoned destination no longer copying returns to the pool.
+WorkerLoss ==
+    LET Busy(h) == copying[h] # Idle
+        Open == {h \in HostBlocks : spill[h] # NoSpill}
+        Sent == {h \in Open : spill[h].phase = "sent"}
+        Landed == {h \in Open : spill[h].phase = "enqueued" /\ ~Busy(h)}
+        Ended(h) == req[spill[h].page[1]] \in {"finished", "aborted"}
+        Unpinned == {spill[h].src : h \in Sent}
+        Returned == {spill[h].src : h \in {x \in Sent : Ended(x)}}
+        Publish == IF Bug = "recover_publishes_unsent"
+                   THEN {h \in Landed \cup Sent : ~Busy(h) /\ req[spill[h].page[1]] # "aborted"}
+                   ELSE {h \in Landed : req[spill[h].page[1]] # "aborted"}
+        Close == {h \in Open : ~Busy(h) \/ (Bug = "recover_frees_busy_destination"
+                                            /\ h \in Sent)}
+        Free == Close \ Publish
+        Keep == {h \in Sent \cup {x \in Open : spill[x].phase = "abandoned"} : h \notin Close}
+    IN
+    /\ down' = {}
+    /\ up' = <<>>
+    /\ wEnq' = {}
+    /\ wDone' = {}
+    /\ srcPin' = [g \in GpuBlocks |-> IF g \in Unpinned THEN FALSE ELSE srcPin[g]]
+    /\ gpuOwner' = [g \in GpuBlocks |-> IF g \in Returned THEN NoPage ELSE gpuOwner[g]]
+    /\ gpuData' = [g \in GpuBlocks |-> IF g \in Returned THEN "garbage" ELSE gpuData[g]]
+    /\ spill' = [h \in HostBlocks |->
+                    IF h \in Close THEN NoSpill
+                    ELSE IF h \in Keep THEN [spill[h] EXCEPT !.phase = "abandoned"]
+                    ELSE spill[h]]
+    /\ hostState' = [h \in HostBlocks |->
+                        IF h \in Publish THEN "valid"
+                        ELSE IF h \in Free THEN "free"
+                        ELSE hostState[h]]
+    /\ hostKey' = [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]]
+    /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Publish : hostKey[h] = k}]
+    /\ hostData' = [h \in HostBlocks |-> IF h \in Free THEN "garbage" ELSE hostData[h]]
+    /\ UNCHANGED <<req, loc, copying>>
+
 -----------------------------------------------------------------------------
 
 \* Every request has ended: the run may stop here (not a deadlock).
@@ -335,22 +412,26 @@ SchedulerNext ==
     \/ \E p \in Pages, h \in HostBlocks : StartSpill(p, h)
     \/ ConsumeMeta
     \/ \E h \in HostBlocks : EvictHost(h)
+    \/ \E r \in Requests : Retire(r)
 
 WorkerNext ==
     \/ \E t \in down : WorkerEnqueue(t) \/ WorkerDrop(t)
     \/ \E h \in HostBlocks : WorkerComplete(h)
     \/ WorkerReport
+    \/ WorkerLoss
 
 Next == SchedulerNext \/ WorkerNext \/ Quiescent
 
-\* The worker and the scheduler's consumption of its meta are weakly fair.
-\* Disjunctive fairness suffices: pages never return to the GPU, so a
-\* behaviour holds finitely many transfers and none can starve forever.
+\* The worker, the scheduler's consumption of its meta and retirement are
+\* weakly fair, each command, copy and request on its own: a retired ID may
+\* come back, so a behaviour may hold infinitely many transfers and requests,
+\* and fairness of the disjunction would let one starve behind the others.
 Fairness ==
-    /\ WF_vars(\E t \in down : WorkerEnqueue(t))
-    /\ WF_vars(\E h \in HostBlocks : WorkerComplete(h))
+    /\ \A t \in Transfers : WF_vars(WorkerEnqueue(t))
+    /\ \A h \in HostBlocks : WF_vars(WorkerComplete(h))
     /\ WF_vars(WorkerReport)
     /\ WF_vars(ConsumeMeta)
+    /\ \A r \in Requests : WF_vars(Retire(r))
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -418,6 +499,15 @@ LivePagesReadable ==
 
 HostPoolNotOvercommitted == Cardinality(HostInUse) <= HostCapacity
 
+\* A request that is not (or no longer) in the protocol state is named by
+\* nothing: no block-table entry, resident lease or open transfer (each is
+\* ~Referenced(r) for every new r, stated per artifact so a check costs
+\* O(pages + blocks)). This is what makes its ID safe to reuse.
+RetiredUnreferenced ==
+    /\ \A p \in Pages : loc[p] # NoLoc => req[p[1]] # "new"
+    /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[gpuOwner[g][1]] # "new"
+    /\ \A h \in HostBlocks : spill[h] # NoSpill => req[spill[h].page[1]] # "new"
+
 -----------------------------------------------------------------------------
 (* Liveness under worker fairness. *)
 
@@ -436,4 +526,8 @@ AbortedFreed ==
         (req[r] = "aborted") ~>
             /\ \A g \in GpuBlocks : gpuOwner[g] \notin PagesOf(r)
             /\ \A h \in HostBlocks : spill[h].page \notin PagesOf(r)
+
+\* Every ended request eventually retires (leaves the protocol state).
+EndedRetired ==
+    \A r \in Requests : (req[r] \in {"finished", "aborted"}) ~> (req[r] = "new")
 =============================================================================

@@ -18,6 +18,10 @@ from typing import Any
 from hisparse.cliargs import csv_of, positive_float, positive_int
 
 
+class BenchFailed(Exception):
+    """A benchmark ran but found its own result wrong (exit 1: a violation)."""
+
+
 @dataclass(frozen=True)
 class BenchTarget:
     help: str
@@ -142,6 +146,27 @@ def _engine(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+# -- churn ----------------------------------------------------------------------------
+
+
+def _churn_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--requests", type=positive_int, default=100_000,
+                   help="request lifecycles to run through the connector")
+    p.add_argument("--host-blocks", type=positive_int, default=8192,
+                   help="host pool of the churn run, in blocks")
+
+
+def _churn(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import churn
+
+    doc = churn.run(args.requests, host_blocks=args.host_blocks)
+    for key, value in doc.items():
+        print(f"{key:<34} {value}")
+    if doc["left_after_drain"]:
+        raise BenchFailed(f"state left after the drain: {doc['left_after_drain']}")
+    return doc
+
+
 TARGETS: dict[str, BenchTarget] = {
     "protocol": BenchTarget("per-action cost of the protocol machine", _protocol_args,
                             _protocol),
@@ -151,6 +176,8 @@ TARGETS: dict[str, BenchTarget] = {
                             _resolver_args, _resolver),
     "spill": BenchTarget("CUDA spill copies against bulk D2H (NVIDIA GPU)", _spill_args,
                          _spill),
+    "churn": BenchTarget("request lifecycles through the connector: cost by decile, RSS",
+                         _churn_args, _churn),
     "engine": BenchTarget("decode step time and KV HBM, HiSparse vs all-resident (NVIDIA GPU)",
                           _engine_args, _engine),
 }

@@ -29,7 +29,7 @@ def _measure(running: int, lifecycles: int, check: bool) -> dict[str, float]:
     for i in range(running):
         c.add_request(f"r{i}", [f"r{i}:{j}" for j in range(pages)])
         assert c.admit(f"r{i}") is not None
-    victims = c.spillable()[:lifecycles]
+    victims = c.spillable(lifecycles)
     clock = time.perf_counter
     t0 = clock()
     for page in victims:

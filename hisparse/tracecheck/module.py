@@ -27,11 +27,13 @@ StepAction(e) ==
       [] e.action = "Abort" -> Abort(e.args.request)
       [] e.action = "StartSpill" -> StartSpill(e.args.page, e.args.host_block)
       [] e.action = "EvictHost" -> EvictHost(e.args.host_block)
+      [] e.action = "Retire" -> Retire(e.args.request)
       [] e.action = "ConsumeMeta" -> ConsumeMeta
       [] e.action = "WorkerEnqueue" -> WorkerEnqueue([src |-> e.args.src, dst |-> e.args.dst])
       [] e.action = "WorkerDrop" -> WorkerDrop([src |-> e.args.src, dst |-> e.args.dst])
       [] e.action = "WorkerComplete" -> WorkerComplete(e.args.host_block)
       [] e.action = "WorkerReport" -> WorkerReport
+      [] e.action = "WorkerLoss" -> WorkerLoss
 """
 
 _REPLAY = """\

@@ -1,0 +1,185 @@
+"""Request churn through the scheduler side (``hisparse bench churn``).
+
+N request lifecycles one after another, as an engine drives them through the
+connector: ``add_request`` → ``admit`` → ``spill`` one page → build metadata →
+enqueued ack → completed ack → ``finish`` once ``live`` newer requests run. Each
+request has ``pages`` pages; a share of them start with one of a few repeated
+prefixes (a prefix hit once published). The host pool fills, then every spill
+evicts. Invariant checks are off (production). Figures: µs per lifecycle by
+decile of the run, requests/s, peak RSS and RSS growth after the first 10%, and
+the cost of a spill that evicts at two host-pool sizes. Times are CPU time of
+this process (one core; what a shared machine's other load cannot inflate),
+with the wall-clock rate alongside.
+"""
+
+from __future__ import annotations
+
+import gc
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hisparse.blockpool import BlockPool
+from hisparse.config import GIB, HiSparseConfig
+from hisparse.connector import HiSparseConnector, KVConnectorRole
+from hisparse.coordinator import HiSparseCoordinator
+from hisparse.spec.messages import HiSparseWorkerMeta
+
+BLOCK_TOKENS, ROW_BYTES = 64, 656  # DeepSeek-V3.2 FP8 sparse MLA rows
+
+
+def _rss_bytes() -> int:
+    """Resident set size now (Linux /proc; 0 where unavailable)."""
+    try:
+        statm = Path("/proc/self/statm").read_text()
+        return int(statm.split()[1]) * resource.getpagesize()
+    except OSError:
+        return 0
+
+
+@dataclass
+class Churn:
+    """One coordinator and its scheduler-side connector, driven one lifecycle at a time."""
+
+    host_blocks: int
+    live: int = 64
+    pages: int = 4
+    prefixes: int = 16
+    repeat_every: int = 4  # every 4th request starts with a repeated prefix
+
+    def __post_init__(self) -> None:
+        block_bytes = BLOCK_TOKENS * ROW_BYTES
+        cfg = HiSparseConfig(
+            host_pool_gib=(self.host_blocks * block_bytes + block_bytes // 2) / GIB,
+            block_tokens=BLOCK_TOKENS,
+            row_bytes=ROW_BYTES,
+        )
+        gpu = self.live * self.pages + self.pages
+        self.kv = BlockPool(gpu)
+        self.coordinator = HiSparseCoordinator(cfg, self.kv, gpu_blocks=gpu, check=False)
+        self.conn = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
+        self.running: list[str] = []
+        self.head = 0  # oldest running request still to finish
+        self.evicting_spill_s = 0.0
+        self.evicting_spills = 0
+
+    def lifecycle(self, i: int) -> None:
+        c, conn = self.coordinator, self.conn
+        r = f"r{i}"
+        keys = [f"{r}:{j}" for j in range(self.pages)]
+        if i % self.repeat_every == 0:
+            keys[0] = f"prefix{i // self.repeat_every % self.prefixes}"
+        c.add_request(r, keys)
+        if c.admit(r) is None:
+            raise RuntimeError(f"{r} not admitted: the GPU pool should fit {self.live} requests")
+        s = c.state
+        full = s.host_used >= s.config.host_capacity
+        # a repeated prefix not yet published spills its first page (later ones hit it);
+        # otherwise the last page, whose key is unique, so the host pool fills
+        first = s.loc[(r, 1)]
+        page = (r, 1) if keys[0].startswith("prefix") and first and first[0] == "gpu" else (
+            r, self.pages
+        )
+        t0 = time.process_time()
+        tid = c.spill(page)
+        if full:
+            self.evicting_spill_s += time.process_time() - t0
+            self.evicting_spills += 1
+        if tid is None:
+            raise RuntimeError("spill found no host block: nothing evictable")
+        conn.build_connector_meta()
+        conn.update_connector_output(
+            HiSparseWorkerMeta.model_construct(enqueued=(tid,), completed=())
+        )
+        conn.update_connector_output(
+            HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid,))
+        )
+        self.running.append(r)
+        if len(self.running) - self.head > self.live:
+            c.finish(self.running[self.head])
+            self.head += 1
+            if self.head > 4096:  # keep the driver's own list bounded too
+                del self.running[: self.head]
+                self.head = 0
+
+    def drain(self) -> None:
+        """Finish every running request and drop the published pages."""
+        for r in self.running[self.head :]:
+            self.coordinator.finish(r)
+        self.running, self.head = [], 0
+        self.conn.build_connector_meta()
+        self.coordinator.evict_published()
+
+
+def drained_problems(ch: Churn) -> list[str]:
+    """What is left after ``drain``: every table, both pools (empty = none)."""
+    c = ch.coordinator
+    out = [f"{name} holds {n}" for name, n in c.table_sizes().items() if n]
+    if c.state.host_used:
+        out.append(f"{c.state.host_used} host blocks in use")
+    if ch.kv.num_free != ch.kv.num_blocks:
+        out.append(f"{ch.kv.num_blocks - ch.kv.num_free} GPU blocks in use")
+    return out
+
+
+def eviction_cost(host_blocks: int, samples: int = 20_000) -> dict[str, float]:
+    """µs per spill that evicts, once a pool of ``host_blocks`` is full."""
+    ch = Churn(host_blocks)
+    for i in range(host_blocks + samples):
+        ch.lifecycle(i)
+    return {
+        "host_blocks": host_blocks,
+        "evicting_spills": ch.evicting_spills,
+        "evicting_spill_cpu_us": ch.evicting_spill_s / max(ch.evicting_spills, 1) * 1e6,
+    }
+
+
+def run(
+    requests: int,
+    host_blocks: int = 8192,
+    eviction_pools: tuple[int, ...] = (8192, 262_144),
+) -> dict[str, Any]:
+    """Churn ``requests`` lifecycles; then the eviction cost at each pool size."""
+    ch = Churn(host_blocks)
+    tenth = max(requests // 10, 1)
+    deciles: list[float] = []
+    rss_warm = 0
+    gc.collect()
+    wall = time.perf_counter()
+    start = time.process_time()
+    t0 = start
+    for i in range(requests):
+        ch.lifecycle(i)
+        if (i + 1) % tenth == 0 and len(deciles) < 10:
+            t1 = time.process_time()
+            deciles.append((t1 - t0) / tenth * 1e6)
+            t0 = t1
+            if len(deciles) == 1:
+                rss_warm = _rss_bytes()
+    total = time.process_time() - start
+    wall = time.perf_counter() - wall
+    rss_end = _rss_bytes()
+    tables_live = ch.coordinator.table_sizes()
+    ch.drain()
+    doc: dict[str, Any] = {
+        "requests": requests,
+        "host_blocks": host_blocks,
+        "live_requests": ch.live,
+        "pages_per_request": ch.pages,
+        "per_request_cpu_us_by_decile": [round(d, 2) for d in deciles],
+        "last_over_first_decile": round(deciles[-1] / deciles[0], 3) if deciles else None,
+        "requests_per_cpu_s": round(requests / total, 1),
+        "cpu_seconds": round(total, 2),
+        "requests_per_wall_s": round(requests / wall, 1),
+        "wall_seconds": round(wall, 2),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "rss_growth_after_first_decile_mib": round((rss_end - rss_warm) / 2**20, 2),
+        "prefix_hits": ch.coordinator.prefix_hits,
+        "retired": ch.coordinator.retired,
+        "tables_at_end": tables_live,
+        "left_after_drain": drained_problems(ch),
+        "eviction": [eviction_cost(n) for n in eviction_pools],
+    }
+    return doc

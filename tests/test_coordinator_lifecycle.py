@@ -1,0 +1,182 @@
+"""The coordinator over a long life: retirement, ID reuse, refusals that change
+nothing, worker loss, requests that can never fit, and tables bounded by live work.
+Each scenario is one the issue reported against the public API."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from hisparse.bench.churn import Churn, drained_problems, run
+from hisparse.blockpool import BlockPool
+from hisparse.config import GIB, HiSparseConfig
+from hisparse.connector import HiSparseConnector, KVConnectorRole
+from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
+from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
+from hisparse.spec.messages import HiSparseWorkerMeta
+
+BLOCK = 64 * 656
+
+
+def make(gpu: int = 8, host: int = 4) -> tuple[HiSparseCoordinator, BlockPool]:
+    cfg = HiSparseConfig(host_pool_gib=(host * BLOCK + BLOCK // 2) / GIB)
+    kv = BlockPool(gpu)
+    return HiSparseCoordinator(cfg, kv, gpu_blocks=gpu, check=True), kv
+
+
+def everything(c: HiSparseCoordinator, kv: BlockPool) -> Any:
+    """Protocol state, the coordinator's own tables and HMA's pool."""
+    own = {k: v for k, v in vars(c).items() if k not in ("machine", "kv")}
+    return c.state.clone(), copy.deepcopy(own), copy.deepcopy(vars(kv))
+
+
+def ack(c: HiSparseCoordinator, enq: tuple[int, ...] = (), done: tuple[int, ...] = ()) -> None:
+    c.on_worker_meta(HiSparseWorkerMeta.model_construct(enqueued=enq, completed=done))
+
+
+def test_refused_spill_leaks_no_host_block() -> None:
+    c, kv = make(host=4)
+    c.add_request("a", ["a0", "a1", "a2", "a3"])
+    assert c.admit("a") is not None
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()
+    for _ in range(3):  # the same page again: pinned, so refused, and nothing taken
+        before = everything(c, kv)
+        with pytest.raises(ActionNotEnabled):
+            c.spill(("a", 1))
+        assert everything(c, kv) == before
+    with pytest.raises(ActionNotEnabled):
+        c.spill(("nobody", 1))
+    spilled = [c.spill(("a", i)) for i in (2, 3, 4)]  # the other three blocks are usable
+    assert None not in spilled
+    assert c.state.host_used == 4
+
+
+def test_meta_with_repeated_ids_changes_nothing_and_legit_acks_still_work() -> None:
+    c, kv = make()
+    c.add_request("a", ["a0"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()
+    for enq, done in (((tid, tid), ()), ((tid,), (tid, tid)), ((), (tid,))):
+        before = everything(c, kv)
+        with pytest.raises(UnknownTransfer):
+            ack(c, enq, done)
+        assert everything(c, kv) == before
+    ack(c, (tid,), (tid,))
+    assert c.state.host_state[0] == "valid"
+
+
+def test_lost_metadata_unpins_and_returns_the_lease_after_abort() -> None:
+    c, kv = make()
+    c.add_request("a", ["a0", "a1"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()  # this step's metadata never reaches the worker
+    c.abort("a")
+    assert "a" in c.state.req  # its pinned source keeps it referenced
+    c.on_worker_lost(())
+    assert kv.num_free == kv.num_blocks and not kv.is_pinned(0)
+    assert c.state.host_used == 0 and "a" not in c.state.req  # retired
+    assert drained_problems_of(c, kv) == []
+    c.add_request("a", ["b0"])  # the ID is free again
+    assert c.admit("a") is not None
+
+
+def test_loss_keeps_a_destination_still_being_copied() -> None:
+    c, kv = make()
+    c.add_request("a", ["a0"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()  # the worker enqueued it; the ack died with the worker
+    c.on_worker_lost((tid,))
+    assert not kv.is_pinned(0)  # the page stays resident; its source is free to reuse
+    assert c.state.spill[0] is not None and c.state.spill[0].phase == "abandoned"
+    held = c.state.host_state[0]
+    assert held == "leased"  # not free: the copy may still write it
+    ack(c, done=(tid,))  # the copy lands and its completion comes back
+    after = c.state.host_state[0]
+    assert after == "free" and c.state.prefix == {}  # nothing published
+    with pytest.raises(UnknownTransfer):
+        c.on_worker_lost((tid,))  # no longer open
+
+
+def test_loss_completes_a_copy_that_landed() -> None:
+    c, kv = make()
+    c.add_request("a", ["a0"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()
+    ack(c, enq=(tid,))
+    c.on_worker_lost(())  # the stream no longer runs it: the completed ack was lost
+    assert c.state.host_state[0] == "valid" and c.state.prefix == {"a0": {0}}
+    c.finish("a")
+    assert drained_problems_of(c, kv, evict=True) == []
+
+
+def test_request_that_can_never_fit_gets_a_typed_error() -> None:
+    c, kv = make(gpu=4)
+    c.add_request("big", [f"k{i}" for i in range(5)])
+    before = everything(c, kv)
+    with pytest.raises(RequestNeverFits) as err:
+        c.admit("big")
+    assert err.value.need == 5 and err.value.pool == 4
+    assert everything(c, kv) == before
+    c.abort("big")
+    assert c.state.req == {}
+
+
+def drained_problems_of(c: HiSparseCoordinator, kv: BlockPool, evict: bool = False) -> list[str]:
+    if evict:
+        c.evict_published()
+    out = [f"{k} {n}" for k, n in c.table_sizes().items() if n]
+    if c.state.host_used:
+        out.append("host blocks in use")
+    if kv.num_free != kv.num_blocks:
+        out.append("GPU blocks in use")
+    return out
+
+
+def test_tables_follow_live_requests_not_history() -> None:
+    """Thousands of lifecycles with evictions: every table is bounded by the live
+    requests and the host pool, and a drain empties all of them."""
+    ch = Churn(host_blocks=32, live=8)
+    sizes = []
+    for i in range(3000):
+        ch.lifecycle(i)
+        if i in (999, 2999):
+            sizes.append(ch.coordinator.table_sizes())
+    live_pages = ch.live * ch.pages
+    bounds = {"req": ch.live, "page_keys": ch.live, "running": ch.live, "loc": live_pages,
+              "resident": live_pages, "req_refs": ch.live, "prefix": 32, "host_refs": 32}
+    for seen in sizes:  # after 1,000 and after 3,000 lifecycles alike
+        assert {k: n for k, n in seen.items() if n > bounds.get(k, 1)} == {}
+    assert ch.coordinator.retired == 3000 - ch.live and ch.evicting_spills > 2000
+    ch.drain()
+    assert drained_problems(ch) == []
+
+
+def test_churn_bench_drains_to_empty() -> None:
+    doc = run(2000, host_blocks=128, eviction_pools=(128, 256))
+    assert doc["left_after_drain"] == []
+    assert doc["retired"] == 2000 and doc["prefix_hits"] > 0
+    assert len(doc["per_request_cpu_us_by_decile"]) == 10
+    assert all(e["evicting_spills"] > 0 for e in doc["eviction"])
+
+
+def test_connector_carries_a_restart() -> None:
+    c, _kv = make()
+    sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=c)
+    c.add_request("a", ["a0"])
+    c.admit("a")
+    c.spill(("a", 1))
+    assert sched.build_connector_meta() is not None  # lost on the way
+    sched.on_worker_lost(())
+    assert c.state.host_used == 0 and c.state.down == {}
