@@ -8,7 +8,10 @@ transition's source. The machine must accept the action (its enabling checks and
 invariant checks) and land exactly on the target state. Since every transition is
 checked from a matching state, every behaviour of the model (every path in the graph)
 is one the Python machine can take. Arguments are read off the target state, the way
-trace validation reads Arrive's choice off its post-state.
+trace validation reads Arrive's choice off its post-state. A retired request has left the
+machine while the spec writes it as new again: the canonical form does the same, and a
+step that brings a retired ID back (Arrive, Abort) first declares it again, as an engine
+would.
 
 Run it with ``python -m hisparse.conformance`` (figures) or through its ``tlc`` test.
 """
@@ -140,7 +143,8 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
         "srcPin": _by_index(s["srcPin"], bool),
         "hostState": _by_index(s["hostState"], str),
         "hostKey": _by_index(s["hostKey"], lambda k: None if k == "nokey" else str(k)),
-        "prefix": {str(k): hosts(hs) for k, hs in s["prefix"].items()},
+        # the machine's index holds live keys only; a key with no copy is the same fact
+        "prefix": {str(k): hosts(hs) for k, hs in s["prefix"].items() if hs},
         "spill": _by_index(s["spill"], spill),
         "down": frozenset((_index(t["src"]), _index(t["dst"])) for t in s["down"]),
         "up": tuple((hosts(m["enq"]), hosts(m["done"])) for m in s["up"]),
@@ -153,15 +157,22 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
 
 
 def canon_python(m: ProtocolMachine) -> Canon:
-    """The machine's spec-level state (``spec.observe``) in the same canonical form."""
+    """The machine's spec-level state (``spec.observe``) in the same canonical form.
+
+    A retired request has left the machine; the spec writes it as its Init value
+    (``req[r] = "new"``, no block-table entries), and so does this form."""
     j = {v: encode(m.state, v) for v in VARIABLES}
 
     def page(p: Any) -> Any:
         return None if p is None else (p[0], p[1])
 
+    gone = [r for r in GEN_REQUESTS if r not in m.state.req]
     return {
-        "req": dict(j["req"]),
-        "loc": {page(p): None if w is None else (w[0], w[1]) for p, w in j["loc"]},
+        "req": {**dict(j["req"]), **dict.fromkeys(gone, "new")},
+        "loc": {
+            **{page(p): None if w is None else (w[0], w[1]) for p, w in j["loc"]},
+            **{(r, i): None for r in gone for i in range(1, len(GEN_REQUESTS[r]) + 1)},
+        },
         "gpuOwner": tuple(page(p) for p in j["gpuOwner"]),
         "srcPin": tuple(j["srcPin"]),
         "hostState": tuple(j["hostState"]),
@@ -196,8 +207,10 @@ def _changed(a: tuple[Any, ...], b: tuple[Any, ...], test: Callable[[Any, Any], 
 
 def _call(m: ProtocolMachine, action: str, u: Canon, v: Canon) -> None:
     """Apply ``action`` to ``m`` with the arguments the target state ``v`` shows."""
-    if action in ("Arrive", "Finish", "Abort"):
+    if action in ("Arrive", "Finish", "Abort", "Retire"):
         (r,) = [r for r in u["req"] if u["req"][r] != v["req"][r]]
+        if r not in m.state.req:  # retired: its ID is declared again (the spec's "new")
+            m.add_request(r, GEN_REQUESTS[r])
         if action != "Arrive":
             getattr(m, action)(r)
             return
@@ -219,7 +232,7 @@ def _call(m: ProtocolMachine, action: str, u: Canon, v: Canon) -> None:
         ((src, dst),) = u["down"] - v["down"]
         (tid,) = [t.transfer_id for t in m.state.down.values() if (t.src, t.dst) == (src, dst)]
         m.WorkerEnqueue(tid)
-    elif action in ("WorkerReport", "ConsumeMeta"):
+    elif action in ("WorkerReport", "ConsumeMeta", "WorkerLoss"):
         getattr(m, action)()
     else:
         raise ReplayMismatch(f"no Python action for TLC label {action!r}")

@@ -21,11 +21,11 @@ def graph(tlc: TlcInstall) -> StateGraph:
 @pytest.mark.tlc
 def test_every_transition_of_the_model_replays_on_python(graph: StateGraph) -> None:
     r = replay_graph(graph)
-    assert r.states == len(graph.states) == 2568
+    assert r.states == len(graph.states) == 6584
     assert r.transitions + r.stutters == len(graph.edges)
     assert set(r.by_action) == {
-        "Arrive", "Finish", "Abort", "StartSpill", "EvictHost", "WorkerEnqueue",
-        "WorkerComplete", "WorkerReport", "ConsumeMeta",
+        "Arrive", "Finish", "Abort", "Retire", "StartSpill", "EvictHost", "WorkerEnqueue",
+        "WorkerComplete", "WorkerReport", "ConsumeMeta", "WorkerLoss",
     }
     assert r.depth >= 15 and r.behaviours > r.transitions
     print(f"MC_gen: {r.states} states, {r.transitions} transitions, depth {r.depth}, "
@@ -36,7 +36,8 @@ def test_every_transition_of_the_model_replays_on_python(graph: StateGraph) -> N
 @pytest.mark.parametrize(
     ("bug", "action"),
     [("abort_keeps_resident_blocks", "Abort"), ("evict_keeps_index", "EvictHost"),
-     ("publish_at_enqueued", "ConsumeMeta")],
+     ("publish_at_enqueued", "ConsumeMeta"), ("retire_waits_for_host_pages", "Retire"),
+     ("recover_frees_busy_destination", "WorkerLoss"), ("recover_publishes_unsent", "WorkerLoss")],
 )
 def test_a_deviating_python_machine_is_caught(
     graph: StateGraph, monkeypatch: pytest.MonkeyPatch, bug: str, action: str

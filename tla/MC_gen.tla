@@ -3,7 +3,9 @@
 (* graph (no SYMMETRY, so every edge is a real successor) and each of its  *)
 (* transitions is replayed on the Python machine (hisparse.conformance).   *)
 (* Two requests sharing a first page, two GPU blocks, two host block IDs   *)
-(* over a pool of one whole block (3 units / 2 a block).                   *)
+(* over a pool of one whole block (3 units / 2 a block). Retirement makes  *)
+(* request IDs come back and WorkerLoss is enabled in every state, so the  *)
+(* graph holds ID reuse and abandoned transfers.                           *)
 EXTENDS HiSparse, TLC
 CONSTANTS r1, r2, g1, g2, h1, h2, k1, k2
 MCRequests == {r1, r2}
