@@ -21,6 +21,7 @@ from hisparse.spec.messages import (
     WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
+    trusted,
 )
 
 M = TypeVar("M")
@@ -78,9 +79,7 @@ class HiSparseConnector:
         transfers, replacements = self.coordinator.take_commands()
         if not transfers and not replacements:
             return None
-        return HiSparseConnectorMetadata.model_construct(
-            transfers=transfers, replacements=replacements
-        )
+        return trusted(HiSparseConnectorMetadata, transfers=transfers, replacements=replacements)
 
     def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
         """Consume the worker's acks (enqueued releases sources, completed publishes)."""
@@ -122,4 +121,4 @@ class HiSparseConnector:
         enqueued, completed = self.worker.take_acks()
         if not enqueued and not completed:
             return None
-        return HiSparseWorkerMeta.model_construct(enqueued=enqueued, completed=completed)
+        return trusted(HiSparseWorkerMeta, enqueued=enqueued, completed=completed)

@@ -22,6 +22,7 @@ an ended request retires (leaves every table) as soon as nothing references it.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -30,7 +31,12 @@ from hisparse.blockpool import KVCacheManager
 from hisparse.config import HiSparseConfig
 from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
-from hisparse.spec.messages import BlockTableReplacement, HiSparseWorkerMeta, SparseKVPageTransfer
+from hisparse.spec.messages import (
+    BlockTableReplacement,
+    HiSparseWorkerMeta,
+    SparseKVPageTransfer,
+    trusted,
+)
 from hisparse.spec.state import Key, Loc, Page, ProtocolConfig, ProtocolState, RequestId
 
 
@@ -89,7 +95,9 @@ class HiSparseCoordinator:
         self._resident: dict[Page, None] = {}
         self._running: dict[RequestId, None] = {}
         # published host pages no block-table entry references, least recently used first
-        self._lru: dict[int, None] = {}
+        # (an OrderedDict: a plain dict popped from the front leaves holes that every
+        # later look at its first entry walks over)
+        self._lru: OrderedDict[int, None] = OrderedDict()
         # exactly the free host blocks, lowest first
         self._host_free = list(range(self.state.config.host_blocks))
         self.spills = 0
@@ -242,8 +250,11 @@ class HiSparseCoordinator:
         new = [s.down[tid] for tid in tids if tid in s.down]
         self._sent.update(t.transfer_id for t in new)
         transfers = tuple(
-            SparseKVPageTransfer.model_construct(
-                transfer_id=t.transfer_id, src_gpu_block=t.src, dst_host_block=int(t.dst)
+            trusted(
+                SparseKVPageTransfer,
+                transfer_id=t.transfer_id,
+                src_gpu_block=t.src,
+                dst_host_block=int(t.dst),
             )
             for t in new
         )
@@ -292,8 +303,8 @@ class HiSparseCoordinator:
             where = s.loc[sp.page] if r in s.page_keys else None
             if where is not None and where[0] == "host":
                 self._replacements.append(  # trusted values: no re-validation
-                    BlockTableReplacement.model_construct(
-                        request_id=r, page_index=i, host_block=int(where[1])
+                    trusted(
+                        BlockTableReplacement, request_id=r, page_index=i, host_block=int(where[1])
                     )
                 )
         for h in closing:
