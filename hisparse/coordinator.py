@@ -99,7 +99,8 @@ class HiSparseCoordinator:
         # later look at its first entry walks over)
         self._lru: OrderedDict[int, None] = OrderedDict()
         # exactly the free host blocks, lowest first
-        self._host_free = list(range(self.state.config.host_blocks))
+        self._host_free = list(range(self.machine.state.config.host_blocks))
+        self._host_capacity = self.machine.state.config.host_capacity  # a frozen constant
         self.spills = 0
         self.prefix_hits = 0
         self.retired = 0
@@ -108,7 +109,7 @@ class HiSparseCoordinator:
 
     @property
     def state(self) -> ProtocolState:
-        return self.machine.state
+        return self.machine.state  # (methods below read it directly: a property is a call)
 
     def add_request(self, request_id: RequestId, page_keys: Sequence[Key]) -> None:
         """Declare a request and the prefix identities of its pages (a retired ID may return)."""
@@ -119,7 +120,7 @@ class HiSparseCoordinator:
         return self.machine.hit_len(request_id)
 
     def gpu_blocks_needed(self, request_id: RequestId) -> int:
-        return len(self.state.page_keys[request_id]) - self.lookup_prefix(request_id)
+        return len(self.machine.state.page_keys[request_id]) - self.lookup_prefix(request_id)
 
     def admit(self, request_id: RequestId) -> Admission | None:
         """Arrive: None (and nothing changes) if HMA cannot give the blocks now;
@@ -136,7 +137,7 @@ class HiSparseCoordinator:
         except ProtocolError:  # unreachable after check_arrive; hand the blocks back
             self.kv.free(blocks)
             raise
-        s = self.state
+        s = self.machine.state
         hits = len(s.page_keys[request_id]) - need
         self.prefix_hits += hits
         table: list[Loc] = []
@@ -159,7 +160,7 @@ class HiSparseCoordinator:
         self._end(request_id, abort=True)
 
     def _end(self, r: RequestId, *, abort: bool) -> None:
-        s = self.state
+        s = self.machine.state
         pages = s.pages_of(r) if r in s.page_keys else []
         hosts = [w[1] for p in pages if (w := s.loc[p]) is not None and w[0] == "host"]
         freed = self.machine.Abort(r) if abort else self.machine.Finish(r)
@@ -173,17 +174,21 @@ class HiSparseCoordinator:
 
     def _release_host(self, h: int) -> None:
         """A published page nothing references becomes the newest eviction candidate."""
-        s = self.state
+        s = self.machine.state
         if s.host_state[h] == "valid" and not s.host_refs.get(h):
             self._lru.pop(h, None)
             self._lru[h] = None
 
     def _retire(self, requests: Iterable[RequestId]) -> None:
         """Retire each ended request that nothing references any more."""
-        s, m = self.state, self.machine
+        m = self.machine
+        req = m.state.req
         for r in requests:
-            if s.req.get(r) in ("finished", "aborted") and m.retire_refusal(r) is None:
-                m.Retire(r)
+            if req.get(r) in ("finished", "aborted"):
+                try:  # Retire checks retire_refusal itself; a refusal changes nothing
+                    m.Retire(r)
+                except ActionNotEnabled:
+                    continue
                 self.retired += 1
 
     # -- spills ---------------------------------------------------------------
@@ -195,8 +200,7 @@ class HiSparseCoordinator:
     def _free_host_block(self) -> int | None:
         """The lowest free host block, evicting the LRU victim if the pool is full.
         Only called once the spill is known to be allowed."""
-        s = self.state
-        if s.host_used >= s.config.host_capacity and not self.evict_published(1):
+        if self.machine.state.host_used >= self._host_capacity and not self.evict_published(1):
             return None
         return self._host_free[0] if self._host_free else None
 
@@ -245,7 +249,7 @@ class HiSparseCoordinator:
         self,
     ) -> tuple[tuple[SparseKVPageTransfer, ...], tuple[BlockTableReplacement, ...]]:
         """New page transfers and block-table replacements since the last call."""
-        s = self.state
+        s = self.machine.state
         tids, self._unsent = self._unsent, []
         new = [s.down[tid] for tid in tids if tid in s.down]
         self._sent.update(t.transfer_id for t in new)
@@ -282,7 +286,7 @@ class HiSparseCoordinator:
         for tid in enq:
             if tid not in self._sent:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer never handed over")
-        m, s = self.machine, self.state
+        m, s = self.machine, self.machine.state
         m.check_report(enq, done)
         moved = [s.spill[s.transfer_dst[t]] for t in enq]
         closing = [s.transfer_dst[t] for t in done]
@@ -323,7 +327,7 @@ class HiSparseCoordinator:
         ack), copies known landed are completed. Checked whole first: an ID that is
         not an open transfer handed to the worker raises and changes nothing.
         """
-        s, m = self.state, self.machine
+        s, m = self.machine.state, self.machine
         busy = set(still_copying)
         for tid in busy:
             h = s.transfer_dst.get(tid)
@@ -363,7 +367,7 @@ class HiSparseCoordinator:
 
     def table_sizes(self) -> dict[str, int]:
         """Entries in every table that grows with requests or transfers (0 when drained)."""
-        s = self.state
+        s = self.machine.state
         return {
             "req": len(s.req),
             "page_keys": len(s.page_keys),
