@@ -242,9 +242,13 @@ class ProtocolMachine:
         s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "arrive"))
         for i in range(m):
             self._set_loc((r, i + 1), ("host", hosts[i]))
+        loc = s.loc
         for j, g in enumerate(blocks):
             p = (r, m + j + 1)
-            self._set_loc(p, ("gpu", g))
+            if loc[p] is None:  # _set_loc's whole effect when neither side is on the host
+                loc[p] = ("gpu", g)
+            else:
+                self._set_loc(p, ("gpu", g))
             self._own(g, p)
             s.gpu_data[g] = keys[m + j]
         if self.check or self.steps is not None:  # nobody reads args otherwise
@@ -333,6 +337,8 @@ class ProtocolMachine:
         if s.up or s.w_enq or s.w_done:
             raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
         for ids in (enqueued, completed):
+            if len(ids) < 2:  # nothing to repeat
+                continue
             seen: set[int] = set()
             for tid in ids:
                 if tid in seen:
@@ -356,7 +362,7 @@ class ProtocolMachine:
         """Map ack IDs to host blocks, refusing unknown, stale and out-of-order IDs."""
         s = self.state
         out: list[int] = []
-        if len(set(ids)) != len(ids):
+        if len(ids) > 1 and len(set(ids)) != len(ids):
             dup = next(t for t in ids if ids.count(t) > 1)
             raise UnknownTransfer(dup, "acked twice in one direction of one meta")
         for tid in ids:
@@ -424,7 +430,9 @@ class ProtocolMachine:
             if w is not None:  # an entry already None stays None
                 if w[0] == "gpu":
                     resident.append((p, w[1]))
-                self._set_loc(p, None)
+                    loc[p] = None  # _set_loc's whole effect: no host reference to drop
+                else:
+                    self._set_loc(p, None)
         if how == "abort" and self.bug == "abort_keeps_resident_blocks":
             return []
         freed = [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]

@@ -70,11 +70,21 @@ class HiSparseWorkerMeta(_Wire):
         return self
 
 
+_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _fields(cls: type[_Wire]) -> frozenset[str]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(cls.__pydantic_fields__)
+    return names
+
+
 def trusted(cls: type[W], **values: Any) -> W:
     """A message from values this process built itself (already valid): what
     ``model_construct`` makes, without its per-field alias and default handling,
     which costs more than the rest of a step. Every field must be given."""
-    if values.keys() != cls.__pydantic_fields__.keys():
+    if values.keys() != _fields(cls):
         raise TypeError(f"{cls.__name__} needs exactly {sorted(cls.__pydantic_fields__)}")
     m = cls.__new__(cls)
     _set(m, "__dict__", values)
