@@ -91,13 +91,15 @@ class BlockPool:
             heapq.heappush(self._free, b)
 
     def pin(self, block: int) -> None:
-        self._check(block)
+        if isinstance(block, HostBlock) or not 0 <= block < self.num_blocks:
+            self._check(block)  # raises; inlined test: pins run on every spill
         if self._is_free[block] or block in self._pinned:
             raise BlockPoolError(f"block {block} is free or already pinned")
         self._pinned.add(block)
 
     def unpin(self, block: int) -> None:
-        self._check(block)
+        if isinstance(block, HostBlock) or not 0 <= block < self.num_blocks:
+            self._check(block)  # raises; inlined test: pins run on every spill
         if block not in self._pinned:
             raise BlockPoolError(f"block {block} is not pinned")
         self._pinned.discard(block)

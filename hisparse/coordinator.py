@@ -251,17 +251,22 @@ class HiSparseCoordinator:
         """New page transfers and block-table replacements since the last call."""
         s = self.machine.state
         tids, self._unsent = self._unsent, []
-        new = [s.down[tid] for tid in tids if tid in s.down]
-        self._sent.update(t.transfer_id for t in new)
-        transfers = tuple(
-            trusted(
-                SparseKVPageTransfer,
-                transfer_id=t.transfer_id,
-                src_gpu_block=t.src,
-                dst_host_block=int(t.dst),
+        down, sent = s.down, self._sent
+        out: list[SparseKVPageTransfer] = []
+        for tid in tids:  # one loop, no comprehension frames: this runs every step
+            t = down.get(tid)
+            if t is None:
+                continue
+            sent.add(tid)
+            out.append(
+                trusted(
+                    SparseKVPageTransfer,
+                    transfer_id=tid,
+                    src_gpu_block=t.src,
+                    dst_host_block=int(t.dst),
+                )
             )
-            for t in new
-        )
+        transfers = tuple(out)
         reps, self._replacements = self._replacements, []
         if self._resync:  # a lost metadata may have carried replacements: send them all
             self._resync = False
@@ -288,9 +293,13 @@ class HiSparseCoordinator:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer never handed over")
         m, s = self.machine, self.machine.state
         m.check_report(enq, done)
-        moved = [s.spill[s.transfer_dst[t]] for t in enq]
-        closing = [s.transfer_dst[t] for t in done]
-        touched = {sp.page[0] for h in closing if (sp := s.spill[h]) is not None}
+        dst, spill = s.transfer_dst, s.spill
+        moved = [spill[dst[t]] for t in enq] if enq else []
+        closing = [dst[t] for t in done] if done else []
+        touched: set[RequestId] = set()
+        for h in closing:
+            if (sp := spill[h]) is not None:
+                touched.add(sp.page[0])
         for tid in enq:
             m.WorkerEnqueue(tid)
             self._sent.discard(tid)

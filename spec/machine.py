@@ -79,8 +79,8 @@ class ProtocolMachine:
             raise ActionNotEnabled("add_request", f"request {r!r} already declared")
         if not keys:
             raise ActionNotEnabled("add_request", f"request {r!r} has no pages")
-        bad = [k for k in keys if not k or k in SENTINELS]
-        if bad:
+        if not all(keys) or not SENTINELS.isdisjoint(keys):  # (C loops: the common case)
+            bad = [k for k in keys if not k or k in SENTINELS]
             raise ActionNotEnabled("add_request", f"reserved or empty keys {bad!r}")
         seen = self.declared.get(r) if self.declared is not None else None
         if seen is not None and seen != tuple(keys):
@@ -90,8 +90,7 @@ class ProtocolMachine:
         s = self.state
         s.page_keys[r] = tuple(keys)
         s.req[r] = "new"
-        for p in s.pages_of(r):
-            s.loc[p] = None
+        s.loc.update(dict.fromkeys(s.pages_of(r)))  # every page: no block yet
         if self.declared is not None:
             self.declared[r] = tuple(keys)
 
