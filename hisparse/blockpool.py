@@ -76,8 +76,10 @@ class BlockPool:
         return out
 
     def free(self, blocks: Sequence[int]) -> None:
+        n = self.num_blocks
         for b in blocks:
-            self._check(b)
+            if isinstance(b, HostBlock) or not 0 <= b < n:  # _check, inlined (hot)
+                self._check(b)
             if self._is_free[b]:
                 raise BlockPoolError(f"block {b} is already free")
             if b in self._pinned:
@@ -89,13 +91,15 @@ class BlockPool:
             heapq.heappush(self._free, b)
 
     def pin(self, block: int) -> None:
-        self._check(block)
+        if isinstance(block, HostBlock) or not 0 <= block < self.num_blocks:
+            self._check(block)  # raises; inlined test: pins run on every spill
         if self._is_free[block] or block in self._pinned:
             raise BlockPoolError(f"block {block} is free or already pinned")
         self._pinned.add(block)
 
     def unpin(self, block: int) -> None:
-        self._check(block)
+        if isinstance(block, HostBlock) or not 0 <= block < self.num_blocks:
+            self._check(block)  # raises; inlined test: pins run on every spill
         if block not in self._pinned:
             raise BlockPoolError(f"block {block} is not pinned")
         self._pinned.discard(block)

@@ -21,6 +21,7 @@ from hisparse.spec.messages import (
     WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
+    trusted,
 )
 
 M = TypeVar("M")
@@ -40,6 +41,9 @@ def _decode(adapter: TypeAdapter[M], raw: bytes, what: str) -> M:
         return adapter.validate_json(raw)
     except ValidationError as exc:
         raise MalformedMetadata(f"{what}: {exc}") from None
+
+
+_NOT_SCHEDULER = "scheduler-side call on a worker-role connector"
 
 
 class KVConnectorRole(enum.Enum):
@@ -70,25 +74,29 @@ class HiSparseConnector:
     @property
     def coordinator(self) -> HiSparseCoordinator:
         if self._coordinator is None:
-            raise RuntimeError("scheduler-side call on a worker-role connector")
+            raise RuntimeError(_NOT_SCHEDULER)
         return self._coordinator
 
     def build_connector_meta(self) -> HiSparseConnectorMetadata | None:
         """This step's transfers and replacements; None when there are none (no empty table)."""
-        transfers, replacements = self.coordinator.take_commands()
+        c = self._coordinator  # (the property's check, without a call per step)
+        if c is None:
+            raise RuntimeError(_NOT_SCHEDULER)
+        transfers, replacements = c.take_commands()
         if not transfers and not replacements:
             return None
-        return HiSparseConnectorMetadata.model_construct(
-            transfers=transfers, replacements=replacements
-        )
+        return trusted(HiSparseConnectorMetadata, transfers=transfers, replacements=replacements)
 
     def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
         """Consume the worker's acks (enqueued releases sources, completed publishes)."""
         if worker_meta is None:
             return
+        c = self._coordinator
+        if c is None:
+            raise RuntimeError(_NOT_SCHEDULER)
         if isinstance(worker_meta, bytes):
             worker_meta = _decode(WORKER_META, worker_meta, "worker meta")
-        self.coordinator.on_worker_meta(worker_meta)
+        c.on_worker_meta(worker_meta)
 
     def on_worker_lost(self, still_copying: Sequence[int]) -> None:
         """The worker restarted or a step's metadata was lost: recover the coordinator
@@ -122,4 +130,4 @@ class HiSparseConnector:
         enqueued, completed = self.worker.take_acks()
         if not enqueued and not completed:
             return None
-        return HiSparseWorkerMeta.model_construct(enqueued=enqueued, completed=completed)
+        return trusted(HiSparseWorkerMeta, enqueued=enqueued, completed=completed)

@@ -22,6 +22,7 @@ an ended request retires (leaves every table) as soon as nothing references it.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -30,7 +31,12 @@ from hisparse.blockpool import KVCacheManager
 from hisparse.config import HiSparseConfig
 from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
-from hisparse.spec.messages import BlockTableReplacement, HiSparseWorkerMeta, SparseKVPageTransfer
+from hisparse.spec.messages import (
+    BlockTableReplacement,
+    HiSparseWorkerMeta,
+    SparseKVPageTransfer,
+    trusted,
+)
 from hisparse.spec.state import Key, Loc, Page, ProtocolConfig, ProtocolState, RequestId
 
 
@@ -89,9 +95,12 @@ class HiSparseCoordinator:
         self._resident: dict[Page, None] = {}
         self._running: dict[RequestId, None] = {}
         # published host pages no block-table entry references, least recently used first
-        self._lru: dict[int, None] = {}
+        # (an OrderedDict: a plain dict popped from the front leaves holes that every
+        # later look at its first entry walks over)
+        self._lru: OrderedDict[int, None] = OrderedDict()
         # exactly the free host blocks, lowest first
-        self._host_free = list(range(self.state.config.host_blocks))
+        self._host_free = list(range(self.machine.state.config.host_blocks))
+        self._host_capacity = self.machine.state.config.host_capacity  # a frozen constant
         self.spills = 0
         self.prefix_hits = 0
         self.retired = 0
@@ -100,7 +109,7 @@ class HiSparseCoordinator:
 
     @property
     def state(self) -> ProtocolState:
-        return self.machine.state
+        return self.machine.state  # (methods below read it directly: a property is a call)
 
     def add_request(self, request_id: RequestId, page_keys: Sequence[Key]) -> None:
         """Declare a request and the prefix identities of its pages (a retired ID may return)."""
@@ -111,7 +120,7 @@ class HiSparseCoordinator:
         return self.machine.hit_len(request_id)
 
     def gpu_blocks_needed(self, request_id: RequestId) -> int:
-        return len(self.state.page_keys[request_id]) - self.lookup_prefix(request_id)
+        return len(self.machine.state.page_keys[request_id]) - self.lookup_prefix(request_id)
 
     def admit(self, request_id: RequestId) -> Admission | None:
         """Arrive: None (and nothing changes) if HMA cannot give the blocks now;
@@ -128,7 +137,7 @@ class HiSparseCoordinator:
         except ProtocolError:  # unreachable after check_arrive; hand the blocks back
             self.kv.free(blocks)
             raise
-        s = self.state
+        s = self.machine.state
         hits = len(s.page_keys[request_id]) - need
         self.prefix_hits += hits
         table: list[Loc] = []
@@ -151,7 +160,7 @@ class HiSparseCoordinator:
         self._end(request_id, abort=True)
 
     def _end(self, r: RequestId, *, abort: bool) -> None:
-        s = self.state
+        s = self.machine.state
         pages = s.pages_of(r) if r in s.page_keys else []
         hosts = [w[1] for p in pages if (w := s.loc[p]) is not None and w[0] == "host"]
         freed = self.machine.Abort(r) if abort else self.machine.Finish(r)
@@ -165,17 +174,21 @@ class HiSparseCoordinator:
 
     def _release_host(self, h: int) -> None:
         """A published page nothing references becomes the newest eviction candidate."""
-        s = self.state
+        s = self.machine.state
         if s.host_state[h] == "valid" and not s.host_refs.get(h):
             self._lru.pop(h, None)
             self._lru[h] = None
 
     def _retire(self, requests: Iterable[RequestId]) -> None:
         """Retire each ended request that nothing references any more."""
-        s, m = self.state, self.machine
+        m = self.machine
+        req = m.state.req
         for r in requests:
-            if s.req.get(r) in ("finished", "aborted") and m.retire_refusal(r) is None:
-                m.Retire(r)
+            if req.get(r) in ("finished", "aborted"):
+                try:  # Retire checks retire_refusal itself; a refusal changes nothing
+                    m.Retire(r)
+                except ActionNotEnabled:
+                    continue
                 self.retired += 1
 
     # -- spills ---------------------------------------------------------------
@@ -187,8 +200,7 @@ class HiSparseCoordinator:
     def _free_host_block(self) -> int | None:
         """The lowest free host block, evicting the LRU victim if the pool is full.
         Only called once the spill is known to be allowed."""
-        s = self.state
-        if s.host_used >= s.config.host_capacity and not self.evict_published(1):
+        if self.machine.state.host_used >= self._host_capacity and not self.evict_published(1):
             return None
         return self._host_free[0] if self._host_free else None
 
@@ -237,16 +249,24 @@ class HiSparseCoordinator:
         self,
     ) -> tuple[tuple[SparseKVPageTransfer, ...], tuple[BlockTableReplacement, ...]]:
         """New page transfers and block-table replacements since the last call."""
-        s = self.state
+        s = self.machine.state
         tids, self._unsent = self._unsent, []
-        new = [s.down[tid] for tid in tids if tid in s.down]
-        self._sent.update(t.transfer_id for t in new)
-        transfers = tuple(
-            SparseKVPageTransfer.model_construct(
-                transfer_id=t.transfer_id, src_gpu_block=t.src, dst_host_block=int(t.dst)
+        down, sent = s.down, self._sent
+        out: list[SparseKVPageTransfer] = []
+        for tid in tids:  # one loop, no comprehension frames: this runs every step
+            t = down.get(tid)
+            if t is None:
+                continue
+            sent.add(tid)
+            out.append(
+                trusted(
+                    SparseKVPageTransfer,
+                    transfer_id=tid,
+                    src_gpu_block=t.src,
+                    dst_host_block=int(t.dst),
+                )
             )
-            for t in new
-        )
+        transfers = tuple(out)
         reps, self._replacements = self._replacements, []
         if self._resync:  # a lost metadata may have carried replacements: send them all
             self._resync = False
@@ -271,11 +291,15 @@ class HiSparseCoordinator:
         for tid in enq:
             if tid not in self._sent:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer never handed over")
-        m, s = self.machine, self.state
+        m, s = self.machine, self.machine.state
         m.check_report(enq, done)
-        moved = [s.spill[s.transfer_dst[t]] for t in enq]
-        closing = [s.transfer_dst[t] for t in done]
-        touched = {sp.page[0] for h in closing if (sp := s.spill[h]) is not None}
+        dst, spill = s.transfer_dst, s.spill
+        moved = [spill[dst[t]] for t in enq] if enq else []
+        closing = [dst[t] for t in done] if done else []
+        touched: set[RequestId] = set()
+        for h in closing:
+            if (sp := spill[h]) is not None:
+                touched.add(sp.page[0])
         for tid in enq:
             m.WorkerEnqueue(tid)
             self._sent.discard(tid)
@@ -292,8 +316,8 @@ class HiSparseCoordinator:
             where = s.loc[sp.page] if r in s.page_keys else None
             if where is not None and where[0] == "host":
                 self._replacements.append(  # trusted values: no re-validation
-                    BlockTableReplacement.model_construct(
-                        request_id=r, page_index=i, host_block=int(where[1])
+                    trusted(
+                        BlockTableReplacement, request_id=r, page_index=i, host_block=int(where[1])
                     )
                 )
         for h in closing:
@@ -312,7 +336,7 @@ class HiSparseCoordinator:
         ack), copies known landed are completed. Checked whole first: an ID that is
         not an open transfer handed to the worker raises and changes nothing.
         """
-        s, m = self.state, self.machine
+        s, m = self.machine.state, self.machine
         busy = set(still_copying)
         for tid in busy:
             h = s.transfer_dst.get(tid)
@@ -352,7 +376,7 @@ class HiSparseCoordinator:
 
     def table_sizes(self) -> dict[str, int]:
         """Entries in every table that grows with requests or transfers (0 when drained)."""
-        s = self.state
+        s = self.machine.state
         return {
             "req": len(s.req),
             "page_keys": len(s.page_keys),

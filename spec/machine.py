@@ -79,8 +79,8 @@ class ProtocolMachine:
             raise ActionNotEnabled("add_request", f"request {r!r} already declared")
         if not keys:
             raise ActionNotEnabled("add_request", f"request {r!r} has no pages")
-        bad = [k for k in keys if not k or k in SENTINELS]
-        if bad:
+        if not all(keys) or not SENTINELS.isdisjoint(keys):  # (C loops: the common case)
+            bad = [k for k in keys if not k or k in SENTINELS]
             raise ActionNotEnabled("add_request", f"reserved or empty keys {bad!r}")
         seen = self.declared.get(r) if self.declared is not None else None
         if seen is not None and seen != tuple(keys):
@@ -90,8 +90,7 @@ class ProtocolMachine:
         s = self.state
         s.page_keys[r] = tuple(keys)
         s.req[r] = "new"
-        for p in s.pages_of(r):
-            s.loc[p] = None
+        s.loc.update(dict.fromkeys(s.pages_of(r)))  # every page: no block yet
         if self.declared is not None:
             self.declared[r] = tuple(keys)
 
@@ -129,13 +128,23 @@ class ProtocolMachine:
             s.req_refs.pop(r, None)
 
     def _own(self, g: int, p: Page | None) -> None:
-        """Write a resident lease, keeping the per-request reference counts in step."""
+        """Write a resident lease, keeping the per-request reference counts in step
+        (``_ref`` inlined: this runs several times per request)."""
         s = self.state
+        refs = s.req_refs
         old = s.gpu_owner[g]
         if old is not None:
-            self._ref(old[0], -1)
+            n = refs.get(old[0], 0) - 1
+            if n:
+                refs[old[0]] = n
+            else:
+                refs.pop(old[0], None)
         if p is not None:
-            self._ref(p[0], 1)
+            n = refs.get(p[0], 0) + 1
+            if n:
+                refs[p[0]] = n
+            else:
+                refs.pop(p[0], None)
         s.gpu_owner[g] = p
 
     def _set_spill(self, h: int, sp: Spill | None) -> None:
@@ -220,20 +229,29 @@ class ProtocolMachine:
             if len(cand) < need:
                 raise ActionNotEnabled(a, f"needs {need} free GPU blocks, {len(cand)} free")
             blocks = cand[:need]
+        owner, n = s.gpu_owner, s.config.gpu_blocks
+        usable = True
         for g in blocks:
-            self._gpu(a, g)
-        usable = self.bug == "double_allocation" or all(s.gpu_owner[g] is None for g in blocks)
+            if not 0 <= g < n:
+                self._gpu(a, g)
+            if owner[g] is not None:
+                usable = self.bug == "double_allocation"
         if len(blocks) != need or len(set(blocks)) != need or not usable:
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
         s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "arrive"))
         for i in range(m):
             self._set_loc((r, i + 1), ("host", hosts[i]))
+        loc = s.loc
         for j, g in enumerate(blocks):
             p = (r, m + j + 1)
-            self._set_loc(p, ("gpu", g))
+            if loc[p] is None:  # _set_loc's whole effect when neither side is on the host
+                loc[p] = ("gpu", g)
+            else:
+                self._set_loc(p, ("gpu", g))
             self._own(g, p)
             s.gpu_data[g] = keys[m + j]
-        self._done(a, {"request": r})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {"request": r})
 
     def StartSpill(self, p: Page, h: int) -> int:
         """Pin source and destination leases and send a SparseKVPageTransfer; returns its ID."""
@@ -263,7 +281,8 @@ class ProtocolMachine:
             s.gpu_data[g] = GARBAGE
         else:
             s.src_pin[g] = True
-        self._done(a, {"page": [p[0], p[1]], "host_block": h})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {"page": [p[0], p[1]], "host_block": h})
         return tid
 
     def check_spill(self, p: Page) -> Loc:
@@ -306,7 +325,8 @@ class ProtocolMachine:
             for h in enq:
                 if s.spill[h] is not None:
                     self._publish(h)
-        self._done(a, {})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {})
 
     def check_report(self, enqueued: Sequence[int], completed: Sequence[int]) -> None:
         """Raise unless WorkerEnqueue (each of ``enqueued``), WorkerComplete (each of
@@ -316,6 +336,8 @@ class ProtocolMachine:
         if s.up or s.w_enq or s.w_done:
             raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
         for ids in (enqueued, completed):
+            if len(ids) < 2:  # nothing to repeat
+                continue
             seen: set[int] = set()
             for tid in ids:
                 if tid in seen:
@@ -339,7 +361,7 @@ class ProtocolMachine:
         """Map ack IDs to host blocks, refusing unknown, stale and out-of-order IDs."""
         s = self.state
         out: list[int] = []
-        if len(set(ids)) != len(ids):
+        if len(ids) > 1 and len(set(ids)) != len(ids):
             dup = next(t for t in ids if ids.count(t) > 1)
             raise UnknownTransfer(dup, "acked twice in one direction of one meta")
         for tid in ids:
@@ -400,9 +422,16 @@ class ProtocolMachine:
         s = self.state
         s.req[r] = cast(ReqState, REQUEST.next(s.req[r], how))
         # a page's resident lease is always the block its entry names (LivePagesReadable)
-        resident = [(p, w[1]) for p in s.pages_of(r) if (w := s.loc[p]) and w[0] == "gpu"]
+        resident: list[tuple[Page, int]] = []
+        loc = s.loc
         for p in s.pages_of(r):
-            self._set_loc(p, None)
+            w = loc[p]
+            if w is not None:  # an entry already None stays None
+                if w[0] == "gpu":
+                    resident.append((p, w[1]))
+                    loc[p] = None  # _set_loc's whole effect: no host reference to drop
+                else:
+                    self._set_loc(p, None)
         if how == "abort" and self.bug == "abort_keeps_resident_blocks":
             return []
         freed = [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]
@@ -417,7 +446,8 @@ class ProtocolMachine:
         if self.state.req[r] != "running":
             raise ActionNotEnabled("Finish", f"request {r!r} is {self.state.req[r]}")
         freed = self._end(r, "finish")
-        self._done("Finish", {"request": r})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done("Finish", {"request": r})
         return freed
 
     def Abort(self, r: RequestId) -> list[int]:
@@ -436,7 +466,8 @@ class ProtocolMachine:
                     s.host_state[h] = "free"
                     s.host_key[h] = None
                     self._set_spill(h, None)
-        self._done("Abort", {"request": r})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done("Abort", {"request": r})
         return freed
 
     def EvictHost(self, h: int) -> None:
@@ -457,13 +488,16 @@ class ProtocolMachine:
             if not published:  # the index holds live keys only
                 del s.prefix[k]
         s.host_data[h] = GARBAGE
-        self._done(a, {"host_block": h})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {"host_block": h})
 
     def retire_refusal(self, r: RequestId) -> str | None:
         """Why ended request r cannot retire yet (None: it can). O(its pages)."""
         s = self.state
-        if any(s.loc[p] is not None for p in s.pages_of(r)):  # ending clears them
-            return f"request {r!r} still has block-table entries"
+        loc = s.loc
+        for i in range(1, len(s.page_keys[r]) + 1):  # ending clears them
+            if loc[(r, i)] is not None:
+                return f"request {r!r} still has block-table entries"
         if self.bug != "retire_inflight" and s.req_refs.get(r):
             return f"request {r!r} still has {s.req_refs[r]} resident leases or open transfers"
         if self.bug == "retire_waits_for_host_pages":
@@ -487,7 +521,8 @@ class ProtocolMachine:
         for p in pages:
             del s.loc[p]
         del s.req[r], s.page_keys[r]
-        self._done(a, {"request": r})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {"request": r})
 
     # -- worker actions ---------------------------------------------------
 
@@ -505,7 +540,8 @@ class ProtocolMachine:
         s.copying[t.dst] = s.gpu_data[t.src]
         s.copying_tid[t.dst] = transfer_id
         s.w_enq.append(transfer_id)
-        self._done("WorkerEnqueue", {"src": t.src, "dst": t.dst})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done("WorkerEnqueue", {"src": t.src, "dst": t.dst})
 
     def WorkerDrop(self, transfer_id: int) -> None:
         """Injected defect only: the worker loses a received command."""
@@ -513,7 +549,8 @@ class ProtocolMachine:
             raise ActionNotEnabled("WorkerDrop", "only exists with the worker_drops_transfer bug")
         t = self._take("WorkerDrop", transfer_id)
         del self.state.down[transfer_id]
-        self._done("WorkerDrop", {"src": t.src, "dst": t.dst})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done("WorkerDrop", {"src": t.src, "dst": t.dst})
 
     def WorkerComplete(self, h: int) -> None:
         """The copy into host block h reaches its event: the bytes land."""
@@ -525,7 +562,8 @@ class ProtocolMachine:
         s.host_data[h] = data
         s.copying[h] = None
         s.w_done.append(s.copying_tid.pop(h))
-        self._done(a, {"host_block": h})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {"host_block": h})
 
     def WorkerReport(self) -> Meta:
         """Report every pending ack in one meta (one meta in flight at a time)."""
@@ -538,7 +576,8 @@ class ProtocolMachine:
         s.up.append(meta)
         s.w_enq.clear()
         s.w_done.clear()
-        self._done(a, {})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {})
         return meta
 
     def WorkerLoss(self) -> LossOutcome:
@@ -584,7 +623,8 @@ class ProtocolMachine:
             else:
                 self._discard(h)
                 out.freed.append(h)
-        self._done("WorkerLoss", {})
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done("WorkerLoss", {})
         return out
 
     # -- helpers for drivers ------------------------------------------------

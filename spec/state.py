@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -161,7 +162,8 @@ class ProtocolState:
         return copy.deepcopy(self)
 
     def pages_of(self, r: RequestId) -> list[Page]:
-        return [(r, i) for i in range(1, len(self.page_keys[r]) + 1)]
+        n = len(self.page_keys[r])
+        return list(zip(repeat(r, n), range(1, n + 1), strict=True))  # no frame per page
 
     def known(self, p: Page) -> bool:
         """p is a page of a request in the protocol state (not retired, not undeclared)."""

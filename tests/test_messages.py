@@ -14,6 +14,7 @@ from hisparse.spec.messages import (
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
     SparseKVPageTransfer,
+    trusted,
 )
 
 ids = st.integers(0, 2**31)
@@ -84,3 +85,22 @@ def test_messages_are_frozen() -> None:
     t = SparseKVPageTransfer(transfer_id=1, src_gpu_block=2, dst_host_block=3)
     with pytest.raises(ValidationError):
         t.transfer_id = 4
+
+
+@given(transfers, st.lists(ids, max_size=3, unique=True))
+def test_trusted_equals_validated(ts: list[SparseKVPageTransfer], done: list[int]) -> None:
+    """``trusted`` (the hot path's constructor) builds what validation builds, frozen."""
+    meta = trusted(HiSparseConnectorMetadata, transfers=tuple(ts), replacements=())
+    assert meta == HiSparseConnectorMetadata(transfers=tuple(ts))
+    assert CONNECTOR_METADATA.validate_json(meta.model_dump_json()) == meta
+    ack = trusted(HiSparseWorkerMeta, enqueued=(), completed=tuple(done))
+    assert ack == HiSparseWorkerMeta(completed=tuple(done))
+    with pytest.raises(ValidationError):
+        ack.enqueued = (1,)
+
+
+def test_trusted_needs_every_field_and_no_other() -> None:
+    with pytest.raises(TypeError, match="needs exactly"):
+        trusted(HiSparseWorkerMeta, enqueued=(1,))
+    with pytest.raises(TypeError, match="needs exactly"):
+        trusted(HiSparseWorkerMeta, enqueued=(), completed=(), extra=1)

@@ -25,7 +25,7 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
-from hisparse.spec.messages import HiSparseWorkerMeta
+from hisparse.spec.messages import HiSparseWorkerMeta, trusted
 
 BLOCK_TOKENS, ROW_BYTES = 64, 656  # DeepSeek-V3.2 FP8 sparse MLA rows
 
@@ -91,10 +91,10 @@ class Churn:
             raise RuntimeError("spill found no host block: nothing evictable")
         conn.build_connector_meta()
         conn.update_connector_output(
-            HiSparseWorkerMeta.model_construct(enqueued=(tid,), completed=())
+            trusted(HiSparseWorkerMeta, enqueued=(tid,), completed=())
         )
         conn.update_connector_output(
-            HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid,))
+            trusted(HiSparseWorkerMeta, enqueued=(), completed=(tid,))
         )
         self.running.append(r)
         if len(self.running) - self.head > self.live:

@@ -15,7 +15,7 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
-from hisparse.spec.messages import HiSparseWorkerMeta
+from hisparse.spec.messages import HiSparseWorkerMeta, trusted
 
 
 def _measure(running: int, lifecycles: int, check: bool) -> dict[str, float]:
@@ -36,8 +36,8 @@ def _measure(running: int, lifecycles: int, check: bool) -> dict[str, float]:
         tid = c.spill(page)
         assert tid is not None
         conn.build_connector_meta()
-        enq = HiSparseWorkerMeta.model_construct(enqueued=(tid,), completed=())
-        done = HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid,))
+        enq = trusted(HiSparseWorkerMeta, enqueued=(tid,), completed=())
+        done = trusted(HiSparseWorkerMeta, enqueued=(), completed=(tid,))
         conn.update_connector_output(enq)
         conn.update_connector_output(done)
     spill = (clock() - t0) / len(victims) * 1e6
