@@ -43,6 +43,7 @@ SPEC_TESTS = [
 ]
 SYSTEM_TESTS = [
     "tests/test_boundaries_system.py",
+    "tests/test_coordinator_lifecycle.py",
     "tests/test_connector.py",
     "tests/test_config.py",
     "tests/test_messages.py",
