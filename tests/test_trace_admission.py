@@ -33,7 +33,7 @@ def hisparse(*args: str) -> subprocess.CompletedProcess[str]:
 def bad_first_step() -> Run:
     """Arrive's post claims r1's bytes landed in GPU block 1 while the table says block 0."""
     run = good_run()
-    run.steps[0]["post"]["gpuData"] = ["empty", "k1"]
+    run.steps[0]["post"]["gpuData"] = {"1": "k1"}
     return run
 
 
