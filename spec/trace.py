@@ -426,9 +426,10 @@ def dump_line(line: TraceHeader | TraceStep) -> str:
 
 
 def write_trace(path: Path | str, trace: Trace) -> None:
-    """Write ``trace`` as JSON Lines."""
-    lines = [dump_line(trace.header), *(dump_line(s) for s in trace.steps)]
-    Path(path).write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    """Write ``trace`` as JSON Lines, a line at a time (no second copy of the trace)."""
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for line in (trace.header, *trace.steps):
+            fh.write(dump_line(line) + "\n")
 
 
 def trace_json_schema() -> dict[str, Any]:
