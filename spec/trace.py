@@ -428,8 +428,9 @@ def dump_line(line: TraceHeader | TraceStep) -> str:
 def write_trace(path: Path | str, trace: Trace) -> None:
     """Write ``trace`` as JSON Lines, a line at a time (no second copy of the trace)."""
     with Path(path).open("w", encoding="utf-8") as fh:
-        for line in (trace.header, *trace.steps):
-            fh.write(dump_line(line) + "\n")
+        fh.write(dump_line(trace.header) + "\n")
+        for step in trace.steps:
+            fh.write(dump_line(step) + "\n")
 
 
 def trace_json_schema() -> dict[str, Any]:
