@@ -17,7 +17,7 @@ from typing import Any, cast
 from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.invariants import check_invariants
 from hisparse.spec.lifecycle import HOST_PAGE, REQUEST, TRANSFER
-from hisparse.spec.observe import ACTION_WRITES, encode
+from hisparse.spec.observe import ACTION_WRITES, Observer
 from hisparse.spec.state import (
     GARBAGE,
     SENTINELS,
@@ -47,7 +47,7 @@ class LossOutcome:
     published: list[int] = field(default_factory=list)  # host pages published
 
 
-# (action, args, post) as recorded for trace validation
+# (action, args, changes of the written variables) as recorded for trace validation
 StepRecord = tuple[str, dict[str, Any], dict[str, Any]]
 
 
@@ -55,7 +55,7 @@ class ProtocolMachine:
     """Drives one ProtocolState through the spec's actions.
 
     ``check`` runs every invariant after every action (tests: always on);
-    ``record`` keeps (action, args, post-state of written variables) per step.
+    ``record`` keeps (action, args, changes of the written variables) per step.
     """
 
     def __init__(
@@ -64,6 +64,7 @@ class ProtocolMachine:
         self.state = ProtocolState.initial(config)
         self.check = check
         self.steps: list[StepRecord] | None = [] if record else None
+        self.observer: Observer | None = Observer(self.state) if record else None
         self.bug = config.bug
         self.invariant_checks = 0
         # every request ever declared, only while recording: a trace's header names them all
@@ -98,8 +99,8 @@ class ProtocolMachine:
 
     def _done(self, action: str, args: dict[str, Any]) -> None:
         # record first: a trace that ends in a violation shows the violating step
-        if self.steps is not None:
-            post = {v: encode(self.state, v) for v in ACTION_WRITES[action]}
+        if self.steps is not None and self.observer is not None:
+            post = self.observer.post(self.state, ACTION_WRITES[action])
             self.steps.append((action, args, post))
         if self.check:
             self.invariant_checks += 1

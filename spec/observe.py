@@ -1,7 +1,8 @@
 """The spec-level view of a ProtocolState as JSON, one TLA+ variable at a time.
 
-This is the ``post`` encoding of the public trace format (spec/trace.py): full
-values over the whole domain, sentinels as ``null``.
+``encode`` gives a variable's full value (sentinels as ``null``); ``Observer`` gives
+the ``post`` of the public trace format (spec/trace.py): only the entries a step
+changed, so a trace grows with the work done, not with the state's size.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hisparse.spec.state import Page, ProtocolState
+from hisparse.spec.state import Loc, Page, ProtocolState
 
 JSON = Any
 
@@ -78,3 +79,94 @@ ACTION_WRITES: dict[str, tuple[str, ...]] = {
 def encode(s: ProtocolState, var: str) -> JSON:
     """The JSON value of one spec variable."""
     return ENCODERS[var](s)
+
+
+# Function-valued variables are recorded as changed entries; the rest (sets and the
+# ``up`` sequence, all small) whole.
+DELTA_VARS: tuple[str, ...] = (
+    "req", "loc", "gpuOwner", "srcPin", "hostState", "hostKey", "prefix", "spill",
+    "copying", "gpuData", "hostData",
+)
+_LISTS: dict[str, Callable[[ProtocolState], list[Any]]] = {
+    "gpuOwner": lambda s: s.gpu_owner,
+    "srcPin": lambda s: s.src_pin,
+    "hostState": lambda s: s.host_state,
+    "hostKey": lambda s: s.host_key,
+    "spill": lambda s: s.spill,
+    "copying": lambda s: s.copying,
+    "gpuData": lambda s: s.gpu_data,
+    "hostData": lambda s: s.host_data,
+}
+_ENTRY: dict[str, Callable[[Any], JSON]] = {
+    "gpuOwner": _page,
+    "srcPin": bool,
+    "hostState": str,
+    "hostKey": lambda k: k,
+    "spill": lambda sp: None if sp is None else {
+        "src": sp.src, "page": _page(sp.page), "phase": sp.phase
+    },
+    "copying": lambda k: k,
+    "gpuData": str,
+    "hostData": str,
+}
+_CHUNK = 64
+
+
+def _loc(w: Loc | None) -> JSON:
+    return None if w is None else [w[0], int(w[1])]
+
+
+def _changed_indices(old: list[Any], new: list[Any]) -> list[int]:
+    """Indices where two equal-length lists differ; slices compare at C speed first."""
+    if old == new:
+        return []
+    out: list[int] = []
+    for lo in range(0, len(new), _CHUNK):
+        hi = lo + _CHUNK
+        if old[lo:hi] != new[lo:hi]:
+            out.extend(i for i in range(lo, min(hi, len(new))) if old[i] != new[i])
+    return out
+
+
+def _changed_keys(old: dict[Any, Any], new: dict[Any, Any], default: Any) -> list[Any]:
+    """Keys whose value differs; an absent key has ``default`` (a retired request's value)."""
+    keys = {k for k, _ in old.items() ^ new.items()}
+    return sorted(k for k in keys if old.get(k, default) != new.get(k, default))
+
+
+class Observer:
+    """Turns each recorded step into the changes of the variables it writes.
+
+    Keeps the last recorded value of every variable (a copy, O(state) memory once), so
+    a step's record is O(its changes) in size: memory stays linear in trace length.
+    """
+
+    def __init__(self, s: ProtocolState) -> None:
+        self.last: dict[str, Any] = {v: self._raw(s, v) for v in DELTA_VARS}
+
+    @staticmethod
+    def _raw(s: ProtocolState, var: str) -> Any:
+        if var in _LISTS:
+            return list(_LISTS[var](s))
+        if var == "req":
+            return dict(s.req)
+        if var == "loc":
+            return dict(s.loc)
+        return {k: frozenset(hs) for k, hs in s.prefix.items()}
+
+    def _delta(self, s: ProtocolState, var: str) -> JSON:
+        old, new = self.last[var], self._raw(s, var)
+        self.last[var] = new
+        if var in _LISTS:
+            entry = _ENTRY[var]
+            return {i: entry(new[i]) for i in _changed_indices(old, new)}
+        if var == "req":
+            return {r: new.get(r, "new") for r in _changed_keys(old, new, "new")}
+        if var == "loc":
+            return [[_page(p), _loc(new.get(p))] for p in _changed_keys(old, new, None)]
+        empty: frozenset[int] = frozenset()
+        return {k: sorted(new.get(k, empty)) for k in _changed_keys(old, new, empty)}
+
+    def post(self, s: ProtocolState, writes: tuple[str, ...]) -> dict[str, JSON]:
+        """The ``post`` of a step that wrote ``writes``: deltas, or whole small values."""
+        return {v: self._delta(s, v) if v in DELTA_VARS else encode(s, v) for v in writes}

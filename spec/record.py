@@ -1,38 +1,17 @@
 """Turn a recording ProtocolMachine into a public trace (spec/trace.py).
 
 Requests are declared as a run goes on, but the spec's constants are fixed up
-front: posts recorded before a request was declared are completed here with its
-initial values (``new``, no block, an empty prefix entry). A retired request has
+front. The machine records only what each step changed (``spec.observe.Observer``),
+and a request's initial values (``new``, no block, no prefix entry) are the spec's
+Init values, so a request declared later needs nothing here. A retired request has
 left the state but stays in the header, and reads the same way (the spec's retired
 ID is ``new`` again).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from hisparse.spec.machine import ProtocolMachine
-from hisparse.spec.trace import Trace, TraceHeader, TraceStep
-
-
-def _complete(
-    post: dict[str, Any], declared: dict[str, tuple[str, ...]]
-) -> dict[str, Any]:
-    out = dict(post)
-    if "req" in out:
-        out["req"] = {r: out["req"].get(r, "new") for r in declared}
-    if "loc" in out:
-        known = {(p[0], p[1]) for p, _ in out["loc"]}
-        out["loc"] = out["loc"] + [
-            [[r, i], None]
-            for r, ks in declared.items()
-            for i in range(1, len(ks) + 1)
-            if (r, i) not in known
-        ]
-    if "prefix" in out:
-        keys = {k for ks in declared.values() for k in ks}
-        out["prefix"] = {k: out["prefix"].get(k, []) for k in sorted(keys)}
-    return out
+from hisparse.spec.trace import FORMAT, Trace, TraceHeader, TraceStep
 
 
 def machine_trace(m: ProtocolMachine) -> Trace:
@@ -43,7 +22,7 @@ def machine_trace(m: ProtocolMachine) -> Trace:
     cfg = m.state.config
     header = TraceHeader(
         kind="header",
-        format="hisparse-trace/1",
+        format=FORMAT,
         requests={r: list(ks) for r, ks in declared.items()},
         gpu_blocks=cfg.gpu_blocks,
         host_blocks=cfg.host_blocks,
@@ -53,13 +32,7 @@ def machine_trace(m: ProtocolMachine) -> Trace:
     )
     steps = tuple(
         TraceStep.model_validate(
-            {
-                "kind": "step",
-                "index": i,
-                "action": a,
-                "args": args,
-                "post": _complete(post, declared),
-            }
+            {"kind": "step", "index": i, "action": a, "args": args, "post": post}
         )
         for i, (a, args, post) in enumerate(m.steps, start=1)
     )

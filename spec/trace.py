@@ -1,10 +1,12 @@
 """The public trace format: one run of the protocol, as JSON Lines, for TLC to validate.
 
 Line 1 is a ``TraceHeader`` (the constants of the spec), every other line a
-``TraceStep``: the action taken, its arguments, and the full post-state of every
-TLA+ variable it writes. Names and encodings follow ``tla/HiSparse.tla`` so any
-implementation (our machine, an engine) can emit traces without knowing TLA+.
-Everything is validated here, at the file boundary: the TLC side may assume a
+``TraceStep``: the action taken, its arguments, and what it changed in every TLA+
+variable it writes: the changed entries of a function-valued variable, the whole value
+of a set or sequence. The checker rebuilds the rest from the state before the step, so
+a trace grows with the work done, not with the state's size. Names and encodings follow
+``tla/HiSparse.tla`` so any implementation (our machine, an engine) can emit traces
+without knowing TLA+. Everything is validated here, at the file boundary: the TLC side may assume a
 well-formed trace whose blocks, pages and keys all belong to its header.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -25,7 +27,9 @@ from pydantic import (
     model_validator,
 )
 
-FORMAT = "hisparse-trace/1"
+FORMAT: Final = "hisparse-trace/2"
+# Older formats this version refuses with a message that says why (v1: full post-states).
+OLD_FORMATS = frozenset({"hisparse-trace/1"})
 # Strings the spec uses as sentinels or data markers; no request ID or key may equal one.
 SENTINELS = frozenset({"nopage", "nowhere", "none", "nokey", "idle", "empty", "garbage"})
 NAME_PATTERN = r"^[A-Za-z0-9_.:-]+$"
@@ -66,6 +70,10 @@ class TraceFormatError(Exception):
         self.message = message
 
 
+class TraceVersionError(TraceFormatError):
+    """The header names an older trace format than this checker reads."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -77,7 +85,7 @@ class TraceHeader(_Frozen):
     """The constants of the run: requests with their page keys, pool sizes, injected bug."""
 
     kind: Literal["header"]
-    format: Literal["hisparse-trace/1"]
+    format: Literal["hisparse-trace/2"]
     requests: dict[Name, Annotated[list[Name], Field(min_length=1)]] = Field(min_length=1)
     gpu_blocks: int = Field(ge=1)
     host_blocks: int = Field(ge=1)
@@ -165,7 +173,8 @@ ARGS: dict[str, type[_Frozen]] = {
 }
 
 # The variables each action writes in the correct spec (Bug = "none"). A step must
-# report all of them: that pins its successor, so TLC's deadlock check is the verdict.
+# report all of them (an empty change says "unchanged"): that pins its successor, so
+# TLC's deadlock check is the verdict.
 WRITES: dict[str, frozenset[str]] = {
     "Arrive": frozenset({"req", "loc", "gpuOwner", "gpuData"}),
     "Finish": frozenset({"req", "loc", "gpuOwner", "gpuData"}),
@@ -214,27 +223,31 @@ class WorkerMeta(_Frozen):
 
 
 class TracePost(_Frozen):
-    """Full post-state of the variables a step reports; ``None`` = not reported.
+    """What a step changed in the variables it reports; ``None`` = not reported.
 
-    Lists are indexed by block ID; ``null`` entries stand for the spec's sentinels
-    (NoPage, NoLoc, NoKey, Idle, NoSpill). Sets are lists without duplicates.
+    Function-valued variables give only their changed entries (possibly none): objects
+    keyed by request, key or block ID (a decimal string), ``loc`` as ``[page, loc]``
+    pairs; every other entry keeps its value from before the step. ``down``, ``up``,
+    ``wEnq`` and ``wDone`` give their whole new value (sets are lists without
+    duplicates). ``null`` stands for the spec's sentinels (NoPage, NoLoc, NoKey, Idle,
+    NoSpill).
     """
 
     req: dict[Name, ReqState] | None = None
     loc: list[tuple[Page, Loc | None]] | None = None
-    gpuOwner: list[Page | None] | None = None
-    srcPin: list[bool] | None = None
-    hostState: list[HostState] | None = None
-    hostKey: list[Name | None] | None = None
+    gpuOwner: dict[BlockId, Page | None] | None = None
+    srcPin: dict[BlockId, bool] | None = None
+    hostState: dict[BlockId, HostState] | None = None
+    hostKey: dict[BlockId, Name | None] | None = None
     prefix: dict[Name, list[BlockId]] | None = None
-    spill: list[SpillRecord | None] | None = None
+    spill: dict[BlockId, SpillRecord | None] | None = None
     down: list[Transfer] | None = None
     up: list[WorkerMeta] | None = None
-    copying: list[Data | None] | None = None
+    copying: dict[BlockId, Data | None] | None = None
     wEnq: list[BlockId] | None = None
     wDone: list[BlockId] | None = None
-    gpuData: list[Data] | None = None
-    hostData: list[Data] | None = None
+    gpuData: dict[BlockId, Data] | None = None
+    hostData: dict[BlockId, Data] | None = None
 
     def reported(self) -> list[str]:
         """Names of the variables this post-state reports, in spec order."""
@@ -245,7 +258,7 @@ POST_FIELDS: tuple[str, ...] = tuple(TracePost.model_fields)
 
 
 class TraceStep(_Frozen):
-    """One action of the run and the post-state of what it wrote."""
+    """One action of the run and what it changed in the variables it wrote."""
 
     kind: Literal["step"]
     index: int = Field(ge=1)
@@ -282,13 +295,23 @@ def _dup(items: list[Any]) -> bool:
     return len(items) != len(set(items))
 
 
-def step_problem(h: TraceHeader, s: TraceStep) -> str | None:
+class HeaderDomain:
+    """The names a header declares, as sets, built once per trace (not once per step)."""
+
+    def __init__(self, h: TraceHeader) -> None:
+        self.requests = set(h.requests)
+        self.pages = set(h.pages())
+        self.keys = set(h.key_names())
+        self.data = self.keys | {"empty", "garbage"}
+
+
+def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) -> str | None:
     """Why step ``s`` names something outside ``h`` (or has a malformed domain), or None."""
-    pages, keys = set(h.pages()), set(h.key_names())
-    data = keys | {"empty", "garbage"}
+    dom = dom or HeaderDomain(h)
+    pages, keys, data = dom.pages, dom.keys, dom.data
     gpu, host = range(h.gpu_blocks), range(h.host_blocks)
     a, p = s.args, s.post
-    if isinstance(a, RequestArgs) and a.request not in h.requests:
+    if isinstance(a, RequestArgs) and a.request not in dom.requests:
         return f"unknown request {a.request!r}"
     if isinstance(a, SpillArgs) and tuple(a.page) not in pages:
         return f"unknown page {list(a.page)}"
@@ -296,13 +319,12 @@ def step_problem(h: TraceHeader, s: TraceStep) -> str | None:
         return f"host block {a.host_block} out of range"
     if isinstance(a, TransferArgs) and (a.src not in gpu or a.dst not in host):
         return f"transfer {a.src}->{a.dst} out of range"
+    loc_pages = [tuple(e[0]) for e in p.loc or []]
     checks: list[tuple[bool, str]] = [
-        (p.req is not None and set(p.req) != set(h.requests), "req must cover every request"),
-        (
-            p.loc is not None and sorted(tuple(e[0]) for e in p.loc) != sorted(pages),
-            "loc must list every page once",
-        ),
-        (p.prefix is not None and set(p.prefix) != keys, "prefix must cover every key"),
+        (p.req is not None and not set(p.req) <= dom.requests, "req names an unknown request"),
+        (not set(loc_pages) <= pages, "loc names an unknown page"),
+        (_dup(loc_pages), "loc lists a page twice"),
+        (p.prefix is not None and not set(p.prefix) <= keys, "prefix names an unknown key"),
         (p.down is not None and _dup(list(p.down)), "down has duplicates"),
         (p.wEnq is not None and _dup(p.wEnq), "wEnq has duplicates"),
         (p.wDone is not None and _dup(p.wDone), "wDone has duplicates"),
@@ -318,10 +340,16 @@ def step_problem(h: TraceHeader, s: TraceStep) -> str | None:
         ("hostData", h.host_blocks),
     ):
         value = getattr(p, name)
-        checks.append((value is not None and len(value) != length, f"{name} needs {length}"))
-    values = [*(p.gpuData or []), *(p.hostData or []), *(x for x in p.copying or [] if x)]
+        checks.append(
+            (value is not None and any(b >= length for b in value), f"{name} has {length} blocks")
+        )
+    values = [
+        *(p.gpuData or {}).values(),
+        *(p.hostData or {}).values(),
+        *(x for x in (p.copying or {}).values() if x),
+    ]
     checks.append((any(v not in data for v in values), "data must be a key, empty or garbage"))
-    keyed = [k for k in p.hostKey or [] if k is not None]
+    keyed = [k for k in (p.hostKey or {}).values() if k is not None]
     checks.append((any(k not in keys for k in keyed), "hostKey names an unknown key"))
     return next((why for bad, why in checks if bad), None)
 
@@ -342,10 +370,22 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}" if where else err["msg"]
 
 
+def _check_version(path: Path, number: int, raw: Any) -> None:
+    """Refuse a header of an older format by name, before its fields are validated."""
+    if isinstance(raw, dict) and raw.get("kind") == "header" and raw.get("format") in OLD_FORMATS:
+        raise TraceVersionError(
+            path,
+            number,
+            f"trace format {raw['format']!r} is no longer read (it recorded full post-states);"
+            f" this checker reads {FORMAT!r}: record the run again",
+        )
+
+
 def read_trace(path: Path | str) -> Trace:
     """Parse and validate a JSON Lines trace; any defect raises ``TraceFormatError``."""
     path = Path(path)
     header: TraceHeader | None = None
+    domain: HeaderDomain | None = None
     steps: list[TraceStep] = []
     try:
         lines = list(_lines(path))
@@ -353,7 +393,9 @@ def read_trace(path: Path | str) -> Trace:
         raise TraceFormatError(path, 0, f"cannot read: {exc}") from exc
     for number, text in lines:
         try:
-            line = _LINE.validate_python(json.loads(text))
+            raw = json.loads(text)
+            _check_version(path, number, raw)
+            line = _LINE.validate_python(raw)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(path, number, f"not JSON: {exc.msg}") from exc
         except ValidationError as exc:
@@ -369,7 +411,8 @@ def read_trace(path: Path | str) -> Trace:
             raise TraceFormatError(
                 path, number, f"step index {line.index}, expected {len(steps) + 1}"
             )
-        if why := step_problem(header, line):
+        domain = domain or HeaderDomain(header)
+        if why := step_problem(header, line, domain):
             raise TraceFormatError(path, number, why)
         steps.append(line)
     if header is None:
@@ -383,9 +426,11 @@ def dump_line(line: TraceHeader | TraceStep) -> str:
 
 
 def write_trace(path: Path | str, trace: Trace) -> None:
-    """Write ``trace`` as JSON Lines."""
-    lines = [dump_line(trace.header), *(dump_line(s) for s in trace.steps)]
-    Path(path).write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    """Write ``trace`` as JSON Lines, a line at a time (no second copy of the trace)."""
+    with Path(path).open("w", encoding="utf-8") as fh:
+        fh.write(dump_line(trace.header) + "\n")
+        for step in trace.steps:
+            fh.write(dump_line(step) + "\n")
 
 
 def trace_json_schema() -> dict[str, Any]:

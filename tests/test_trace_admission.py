@@ -33,7 +33,7 @@ def hisparse(*args: str) -> subprocess.CompletedProcess[str]:
 def bad_first_step() -> Run:
     """Arrive's post claims r1's bytes landed in GPU block 1 while the table says block 0."""
     run = good_run()
-    run.steps[0]["post"]["gpuData"] = ["empty", "k1"]
+    run.steps[0]["post"]["gpuData"] = {"1": "k1"}
     return run
 
 
@@ -214,3 +214,17 @@ def test_tlc_failure_on_one_file_spares_the_others(
     err = next(f for f in result.files if f.verdict == "error")
     assert err.reason is not None and "TLC could not replay" in err.reason
     assert result.result == "error"
+
+
+def test_cli_refuses_an_old_format_trace(tmp_path: Path) -> None:
+    # a v1 trace (full post-states) next to a good v2 one: exit 2 naming the old file and
+    # both versions, before TLC starts (no TLC needed)
+    good = good_run().write(tmp_path / "good.jsonl")
+    old = tmp_path / "old.jsonl"
+    lines = good.read_text().splitlines()
+    v1 = json.loads(lines[0]) | {"format": "hisparse-trace/1"}
+    old.write_text("\n".join([json.dumps(v1), *lines[1:]]) + "\n")
+    proc = hisparse("check", "--trace", str(good), str(old))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{old}:1: trace format 'hisparse-trace/1' is no longer read" in proc.stderr
+    assert "'hisparse-trace/2'" in proc.stderr and "record the run again" in proc.stderr

@@ -1,8 +1,10 @@
 """Trace validation with TLC (marker ``tlc``): hand-built traces, accepted and doctored.
 
 The post-states below are computed by hand from the action definitions in
-``tla/HiSparse.tla``. An accepted trace also shows that the ``:>``/``@@`` encoding of
-every variable (``req``, ``prefix``, the block maps, records, sets, sequences) equals the
+``tla/HiSparse.tla``; ``Run`` writes each as the trace format does, as its change from
+the state before (changed entries of the function-valued variables, whole sets and
+sequences). An accepted trace also shows that the ``:>``/``@@`` encoding of every
+variable (``req``, ``prefix``, the block maps, records, sets, sequences) rebuilds the
 value the spec builds: ``MatchPost`` compares all fifteen of them with ``=``.
 """
 
@@ -39,11 +41,27 @@ def header(requests: dict[str, list[str]]) -> JSON:
     }
 
 
+BLOCK_MAPS = {"gpuOwner", "srcPin", "hostState", "hostKey", "spill", "copying"}
+BLOCK_MAPS |= {"gpuData", "hostData"}
+
+
+def change(var: str, old: Any, new: Any) -> Any:
+    """The trace format's record of ``var`` going from ``old`` to ``new`` (full values)."""
+    if var in BLOCK_MAPS:
+        return {str(i): v for i, (o, v) in enumerate(zip(old, new, strict=True)) if o != v}
+    if var in ("req", "prefix"):
+        return {k: v for k, v in new.items() if old.get(k) != v}
+    if var == "loc":
+        before = {tuple(p): w for p, w in old}
+        return [[p, w] for p, w in new if before[tuple(p)] != w]
+    return new
+
+
 class Run:
     """A trace being written by hand: each step states the variables it changes.
 
-    The post of a step is every variable the action writes, at its value after the
-    step; variables the step leaves alone carry over from the previous state.
+    The post of a step is every variable the action writes, recorded as its change
+    from the previous state; variables the step leaves alone carry over.
     """
 
     def __init__(self, requests: dict[str, list[str]]) -> None:
@@ -70,8 +88,12 @@ class Run:
         self.steps: list[JSON] = []
 
     def step(self, action: str, args: JSON, **changes: Any) -> Run:
+        before = copy.deepcopy(self.state)
         self.state.update(copy.deepcopy(changes))
-        post = {v: copy.deepcopy(self.state[v]) for v in WRITES[action] | set(changes)}
+        post = {
+            v: change(v, before[v], copy.deepcopy(self.state[v]))
+            for v in WRITES[action] | set(changes)
+        }
         index = len(self.steps) + 1
         self.steps.append(
             {"kind": "step", "index": index, "action": action, "args": args, "post": post}
@@ -335,8 +357,8 @@ def test_invariant_violation_is_a_rejection(tlc: TlcInstall, tmp_path: Path) -> 
     # trace follows it faithfully and NoPublishBeforeComplete fires after ConsumeMeta.
     run = publish_before_completed()
     run.header["bug"] = "publish_at_enqueued"
-    run.steps[-1]["post"]["spill"] = [{**SPILLING, "phase": "enqueued"}, None]
-    run.steps[-1]["post"]["hostState"] = ["valid", "free"]
+    run.steps[-1]["post"]["spill"] = {"0": {**SPILLING, "phase": "enqueued"}}
+    run.steps[-1]["post"]["hostState"] = {"0": "valid"}
     result = check_traces([run.write(tmp_path / "bug.jsonl")], install=tlc, allow_bug=True)
     (bad,) = result.files
     assert bad.bug == "publish_at_enqueued"

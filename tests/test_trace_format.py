@@ -11,8 +11,10 @@ import pytest
 from hisparse import docs
 from hisparse.spec.trace import (
     FORMAT,
+    OLD_FORMATS,
     SpillArgs,
     TraceFormatError,
+    TraceVersionError,
     read_trace,
     trace_json_schema,
     write_trace,
@@ -36,10 +38,10 @@ ARRIVE: JSON = {
     "action": "Arrive",
     "args": {"request": "r1"},
     "post": {
-        "req": {"r1": "running", "r2": "new"},
-        "loc": [[["r1", 1], ["gpu", 0]], [["r2", 1], None]],
-        "gpuOwner": [["r1", 1], None],
-        "gpuData": ["k1", "empty"],
+        "req": {"r1": "running"},
+        "loc": [[["r1", 1], ["gpu", 0]]],
+        "gpuOwner": {"0": ["r1", 1]},
+        "gpuData": {"0": "k1"},
     },
 }
 
@@ -49,11 +51,11 @@ SPILL: JSON = {
     "action": "StartSpill",
     "args": {"page": ["r1", 1], "host_block": 0},
     "post": {
-        "hostState": ["leased", "free"],
-        "hostKey": ["k1", None],
-        "spill": [{"src": 0, "page": ["r1", 1], "phase": "sent"}, None],
+        "hostState": {"0": "leased"},
+        "hostKey": {"0": "k1"},
+        "spill": {"0": {"src": 0, "page": ["r1", 1], "phase": "sent"}},
         "down": [{"src": 0, "dst": 0}],
-        "srcPin": [True, False],
+        "srcPin": {"0": True},
     },
 }
 
@@ -100,6 +102,36 @@ def test_round_trip(tmp_path: Path) -> None:
         ([with_(HEADER, requests={"none": ["k1"]})], 1, "sentinel"),
         ([with_(HEADER, requests={"r1": ["k 1"]})], 1, "pattern"),
         ([with_(HEADER, requests={"r1": []})], 1, "at least 1"),
+        (
+            [HEADER, with_(ARRIVE, post={**ARRIVE["post"], "gpuOwner": {"2": ["r1", 1]}})],
+            2,
+            "gpuOwner has 2 blocks",
+        ),
+        (
+            [HEADER, with_(ARRIVE, post={**ARRIVE["post"], "gpuData": {"-1": "k1"}})],
+            2,
+            "greater than or equal to 0",
+        ),
+        (
+            [HEADER, with_(ARRIVE, post={**ARRIVE["post"], "loc": [[["r1", 2], None]]})],
+            2,
+            "loc names an unknown page",
+        ),
+        (
+            [HEADER, with_(ARRIVE, post={**ARRIVE["post"], "loc": [[["r1", 1], None]] * 2})],
+            2,
+            "loc lists a page twice",
+        ),
+        (
+            [HEADER, with_(ARRIVE, post={**ARRIVE["post"], "req": {"r9": "running"}})],
+            2,
+            "req names an unknown request",
+        ),
+        (
+            [HEADER, ARRIVE, with_(SPILL, post={**SPILL["post"], "hostKey": {"1": "k9"}})],
+            3,
+            "hostKey names an unknown key",
+        ),
     ],
     ids=[
         "malformed_json",
@@ -116,6 +148,12 @@ def test_round_trip(tmp_path: Path) -> None:
         "sentinel_name",
         "bad_name",
         "no_pages",
+        "change_block_out_of_range",
+        "change_block_negative",
+        "change_unknown_page",
+        "change_page_twice",
+        "change_unknown_request",
+        "change_unknown_key",
     ],
 )
 def test_malformed_trace_names_the_line(
@@ -126,6 +164,35 @@ def test_malformed_trace_names_the_line(
         read_trace(path)
     assert err.value.line == line
     assert str(err.value).startswith(f"{path}:{line}:")
+
+
+def test_only_changes_are_recorded(tmp_path: Path) -> None:
+    # v2 records changed entries: Arrive names one of two GPU blocks, one of two requests
+    trace = read_trace(write_lines(tmp_path / "t.jsonl", HEADER, ARRIVE))
+    post = trace.steps[0].post
+    assert post.gpuOwner == {0: ("r1", 1)} and post.req == {"r1": "running"}
+    # an empty change is a report ("unchanged"), not a missing variable
+    empty = with_(ARRIVE, post={**ARRIVE["post"], "gpuData": {}})
+    assert read_trace(write_lines(tmp_path / "e.jsonl", HEADER, empty)).steps[0].post.gpuData == {}
+
+
+@pytest.mark.parametrize("old", sorted(OLD_FORMATS))
+def test_old_format_is_refused_by_name(tmp_path: Path, old: str) -> None:
+    # a v1 trace's step lines no longer validate; the header says why before they are read
+    v1_arrive = with_(ARRIVE, post={**ARRIVE["post"], "gpuOwner": [["r1", 1], None]})
+    path = write_lines(tmp_path / "old.jsonl", with_(HEADER, format=old), v1_arrive)
+    with pytest.raises(TraceVersionError, match="no longer read") as err:
+        read_trace(path)
+    assert err.value.line == 1
+    assert old in str(err.value) and FORMAT in str(err.value)
+    assert isinstance(err.value, TraceFormatError)
+
+
+def test_unknown_format_is_refused(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "future.jsonl", with_(HEADER, format="hisparse-trace/9"))
+    with pytest.raises(TraceFormatError, match="format") as err:
+        read_trace(path)
+    assert not isinstance(err.value, TraceVersionError)
 
 
 def test_empty_file_is_an_error(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ values). ``None`` entries become the spec's sentinels.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from hisparse.spec.trace import (
     HostBlockArgs,
@@ -88,16 +89,8 @@ def _meta(m: WorkerMeta) -> str:
     return record([("enq", hosts(m.enq)), ("done", hosts(m.done))])
 
 
-# A function value as (argument, value) pairs over its whole domain, in a fixed order.
+# A function value as (argument, value) pairs, in a fixed order.
 Pairs = list[tuple[str, str]]
-
-
-def _by_gpu(values: Sequence[str]) -> Pairs:
-    return [(gpu(g), v) for g, v in enumerate(values)]
-
-
-def _by_host(values: Sequence[str]) -> Pairs:
-    return [(host(h), v) for h, v in enumerate(values)]
 
 
 def _spill(s: SpillRecord | None) -> str:
@@ -106,51 +99,55 @@ def _spill(s: SpillRecord | None) -> str:
     return record([("src", gpu(s.src)), ("page", page(s.page)), ("phase", string(s.phase))])
 
 
+def _blocks(
+    delta: dict[int, Any] | None, block: Callable[[int], str], value: Callable[[Any], str]
+) -> Pairs | None:
+    if delta is None:
+        return None
+    return [(block(b), value(v)) for b, v in sorted(delta.items())]
+
+
 def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
-    """The reported variables of ``p``: functions as ``Pairs``, other values as TLA+ text."""
-    out: list[tuple[str, str | Pairs]] = []
-    if p.req is not None:
-        out.append(("req", [(string(r), string(s)) for r, s in p.req.items()]))
-    if p.loc is not None:
-        out.append(("loc", [(page(pg), loc(lc)) for pg, lc in p.loc]))
-    if p.gpuOwner is not None:
-        out.append(("gpuOwner", _by_gpu([page(x) for x in p.gpuOwner])))
-    if p.srcPin is not None:
-        out.append(("srcPin", _by_gpu([boolean(x) for x in p.srcPin])))
-    if p.hostState is not None:
-        out.append(("hostState", _by_host([string(x) for x in p.hostState])))
-    if p.hostKey is not None:
-        out.append(("hostKey", _by_host([key(x) for x in p.hostKey])))
-    if p.prefix is not None:
-        out.append(("prefix", [(string(k), hosts(hs)) for k, hs in p.prefix.items()]))
-    if p.spill is not None:
-        out.append(("spill", _by_host([_spill(x) for x in p.spill])))
+    """The reported variables of ``p``: changed entries of a function-valued variable as
+    ``Pairs`` (applied to the variable's value before the step), other values whole."""
+    deltas: list[tuple[str, Pairs | None]] = [
+        ("req", None if p.req is None else [(string(r), string(s)) for r, s in p.req.items()]),
+        ("loc", None if p.loc is None else [(page(pg), loc(lc)) for pg, lc in p.loc]),
+        ("gpuOwner", _blocks(p.gpuOwner, gpu, page)),
+        ("srcPin", _blocks(p.srcPin, gpu, boolean)),
+        ("hostState", _blocks(p.hostState, host, string)),
+        ("hostKey", _blocks(p.hostKey, host, key)),
+        (
+            "prefix",
+            None if p.prefix is None else [(string(k), hosts(hs)) for k, hs in p.prefix.items()],
+        ),
+        ("spill", _blocks(p.spill, host, _spill)),
+        ("copying", _blocks(p.copying, host, lambda x: "Idle" if x is None else string(x))),
+        ("gpuData", _blocks(p.gpuData, gpu, string)),
+        ("hostData", _blocks(p.hostData, host, string)),
+    ]
+    out: list[tuple[str, str | Pairs]] = [(v, d) for v, d in deltas if d is not None]
     if p.down is not None:
         down = sorted((t.src, t.dst) for t in p.down)
         out.append(("down", tla_set(record([("src", gpu(s)), ("dst", host(d))]) for s, d in down)))
     if p.up is not None:
         out.append(("up", tup(_meta(m) for m in p.up)))
-    if p.copying is not None:
-        out.append(("copying", _by_host(["Idle" if x is None else string(x) for x in p.copying])))
     if p.wEnq is not None:
         out.append(("wEnq", hosts(p.wEnq)))
     if p.wDone is not None:
         out.append(("wDone", hosts(p.wDone)))
-    if p.gpuData is not None:
-        out.append(("gpuData", _by_gpu([string(x) for x in p.gpuData])))
-    if p.hostData is not None:
-        out.append(("hostData", _by_host([string(x) for x in p.hostData])))
     return out
 
 
 def full(value: str | Pairs) -> str:
-    """A post value as one self-contained expression."""
+    """A post value as one self-contained expression (a change: a partial function)."""
     return value if isinstance(value, str) else function(value)
 
 
 def _arrive_witness(step: TraceStep) -> list[tuple[str, str]]:
-    """The choice Arrive made, read off its post ``loc``: host copies of the prefix hit,
-    then the GPU blocks of the remaining pages, in page order. The spec's ArriveWith
+    """The choice Arrive made, read off its ``loc`` change (every page of the request
+    leaves NoLoc): host copies of the prefix hit, then the GPU blocks of the remaining
+    pages, in page order. The spec's ArriveWith
     checks that the choice was allowed; without it TLC would enumerate every choice."""
     a, loc = step.args, step.post.loc
     assert isinstance(a, RequestArgs)

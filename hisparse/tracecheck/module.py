@@ -2,7 +2,10 @@
 
 All traces of one group share their constants, so one TLC run checks them all: the
 initial state picks a trace (``tr``), each step applies the trace's action and must
-land exactly on its recorded post-state, and a finished trace stutters. A step that
+land exactly on its recorded post-state, and a finished trace stutters. A step records
+only changes: a function-valued variable's post-state is its value in TLC's current
+state updated by the recorded entries (``delta @@ var``), so the module holds each
+change once and its size stays linear in the trace's length. A step that
 cannot be taken leaves a state with no successor, which TLC reports as a deadlock.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hisparse.spec.observe import DELTA_VARS
 from hisparse.spec.trace import POST_FIELDS, Trace
 from hisparse.tracecheck import encode
 
@@ -54,9 +58,16 @@ TraceActionEnabled == cursor <= Len(Traces[tr]) => ENABLED StepAction(TrStep)
 """
 
 
+def posted(v: str, e: str) -> str:
+    """The post-state of ``v`` that step ``e`` records: its change applied to ``v``."""
+    return f"({e}.post.{v} @@ {v})" if v in DELTA_VARS else f"{e}.post.{v}"
+
+
 def match_post() -> str:
     """``MatchPost(e)``: every variable the step reports has exactly that value next."""
-    lines = [f'    /\\ ("{v}" \\in DOMAIN e.post => {v}\' = e.post.{v})' for v in POST_FIELDS]
+    lines = [
+        f'    /\\ ("{v}" \\in DOMAIN e.post => {v}\' = {posted(v, "e")})' for v in POST_FIELDS
+    ]
     return "MatchPost(e) ==\n" + "\n".join(lines) + "\n"
 
 
@@ -65,7 +76,7 @@ def match_invariants() -> str:
     return "".join(
         f"{MATCH_PREFIX}{v} ==\n"
         f'    cursor <= Len(Traces[tr]) /\\ "{v}" \\in DOMAIN TrStep.post\n'
-        f"        => ENABLED (StepAction(TrStep) /\\ {v}' = TrStep.post.{v})\n"
+        f"        => ENABLED (StepAction(TrStep) /\\ {v}' = {posted(v, 'TrStep')})\n"
         for v in POST_FIELDS
     )
 
@@ -78,7 +89,7 @@ def diagnostic_invariants() -> list[str]:
 class _Interner:
     """Names each distinct expression once (``TrV1 == ...``), so repeats cost a reference.
 
-    Traces of one run repeat most values (the same post-state of a variable, the same
+    Traces of one run repeat many values (the same change of a variable, the same
     step); SANY's semantic pass and TLC's constant evaluation then see each one once.
     """
 
@@ -96,40 +107,6 @@ class _Interner:
         return [f"{name} == {expr}" for expr, name in self.names.items()]
 
 
-# Maps up to this size are written whole: whole values repeat across traces and are
-# shared by the interner, while a chain of EXCEPTs is private to its trace.
-SMALL_MAP = 16
-
-
-class _Deltas:
-    """Post values of one trace, each written as a change of the same variable's last one.
-
-    Steps change a few entries of large maps (``loc`` over every page of every request),
-    so ``[TrV7 EXCEPT ![<<"r1", 1>>] = NoLoc]`` is far shorter than the whole map: SANY
-    and TLC's constant evaluation cost grows with the text, not the number of states.
-    """
-
-    def __init__(self, intern: _Interner) -> None:
-        self.intern = intern
-        self.last: dict[str, tuple[str, dict[str, str]]] = {}
-
-    def __call__(self, var: str, value: str | encode.Pairs) -> str:
-        if isinstance(value, str) or len(value) <= SMALL_MAP:
-            return self.intern(encode.full(value))
-        prev = self.last.get(var)
-        if prev is None:
-            name = self.intern(encode.full(value))
-        else:
-            changed = [(d, v) for d, v in value if prev[1].get(d) != v]
-            if not changed:
-                name = prev[0]
-            else:
-                paths = ", ".join(f"![{d}] = {v}" for d, v in changed)
-                name = self.intern(f"[{prev[0]} EXCEPT {paths}]")
-        self.last[var] = (name, dict(value))
-        return name
-
-
 def module_text(traces: Sequence[Trace]) -> str:
     """The module replaying ``traces``; they must share one header's constants."""
     header = traces[0].header
@@ -137,8 +114,9 @@ def module_text(traces: Sequence[Trace]) -> str:
     value, step = _Interner("TrV"), _Interner("TrS")
     seqs = []
     for t in traces:
-        delta = _Deltas(value)
-        seqs.append(encode.tup(step(encode.step(s, delta)) for s in t.steps))
+        seqs.append(
+            encode.tup(step(encode.step(s, lambda _, v: value(encode.full(v)))) for s in t.steps)
+        )
     body = "Traces == <<\n    " + ",\n    ".join(seqs) + "\n>>\n"
     return "\n".join(
         [
