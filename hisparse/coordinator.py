@@ -339,14 +339,11 @@ class HiSparseCoordinator:
         s, m = self.machine.state, self.machine
         busy = set(still_copying)
         for tid in busy:
-            h = s.transfer_dst.get(tid)
-            sp = s.spill[h] if h is not None else None
-            if h is None or sp is None or sp.transfer_id != tid:
+            h = m.open_transfer(tid)
+            if h is None:
                 raise UnknownTransfer(tid, "reported copying, but not an open transfer")
             if not (tid in self._sent or s.copying_tid.get(h) == tid):
                 raise UnknownTransfer(tid, "reported copying, but never handed to the worker")
-        if s.up or s.w_enq or s.w_done:  # unreachable: on_worker_meta consumes whole metas
-            raise ActionNotEnabled("WorkerLoss", "a worker meta is half consumed")
         # the stream as the worker reports it: what runs was enqueued, what left it landed
         for tid in sorted(busy):
             if tid in s.down:

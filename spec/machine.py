@@ -329,6 +329,14 @@ class ProtocolMachine:
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {})
 
+    def open_transfer(self, tid: int) -> int | None:
+        """The destination host block of open transfer ``tid``; None if it is not open."""
+        h = self.state.transfer_dst.get(tid)
+        if h is None:
+            return None
+        sp = self.state.spill[h]
+        return h if sp is not None and sp.transfer_id == tid else None
+
     def check_report(self, enqueued: Sequence[int], completed: Sequence[int]) -> None:
         """Raise unless WorkerEnqueue (each of ``enqueued``), WorkerComplete (each of
         ``completed``), WorkerReport and ConsumeMeta would all be enabled in turn: a
@@ -337,21 +345,14 @@ class ProtocolMachine:
         if s.up or s.w_enq or s.w_done:
             raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
         for ids in (enqueued, completed):
-            if len(ids) < 2:  # nothing to repeat
-                continue
-            seen: set[int] = set()
-            for tid in ids:
-                if tid in seen:
-                    raise UnknownTransfer(tid, "repeated within one worker meta")
-                seen.add(tid)
+            _refuse_repeats(ids)
         for tid in enqueued:
             if tid not in s.down:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer not awaiting one")
         enq = set(enqueued)
         for tid in completed:
-            h = s.transfer_dst.get(tid)
-            sp = s.spill[h] if h is not None else None
-            if h is None or sp is None or sp.transfer_id != tid:
+            h = self.open_transfer(tid)
+            if h is None:
                 raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
             if not (tid in enq or s.copying_tid.get(h) == tid):
                 raise UnknownTransfer(tid, "completed ack before its enqueued ack")
@@ -362,14 +363,13 @@ class ProtocolMachine:
         """Map ack IDs to host blocks, refusing unknown, stale and out-of-order IDs."""
         s = self.state
         out: list[int] = []
-        if len(ids) > 1 and len(set(ids)) != len(ids):
-            dup = next(t for t in ids if ids.count(t) > 1)
-            raise UnknownTransfer(dup, "acked twice in one direction of one meta")
+        _refuse_repeats(ids)
         for tid in ids:
-            h = s.transfer_dst.get(tid)
-            sp = s.spill[h] if h is not None else None
-            if h is None or sp is None or sp.transfer_id != tid:
+            h = self.open_transfer(tid)
+            if h is None:
                 raise UnknownTransfer(tid, "not an open transfer")
+            sp = s.spill[h]
+            assert sp is not None
             ok = phase is None or sp.phase == phase or (
                 phase == "enqueued" and (h in enqueued_now or sp.phase == "abandoned")
             )
@@ -656,3 +656,13 @@ class ProtocolMachine:
             n += 1
         return n
 
+
+def _refuse_repeats(ids: Sequence[int]) -> None:
+    """One direction of one worker meta names each transfer at most once."""
+    if len(ids) < 2:  # nothing to repeat
+        return
+    seen: set[int] = set()
+    for tid in ids:
+        if tid in seen:
+            raise UnknownTransfer(tid, "repeated within one worker meta")
+        seen.add(tid)
