@@ -26,10 +26,12 @@ from hisparse.executor import (
     BadTransfer,
     Executor,
     ExecutorConfigError,
+    LaunchConflict,
     PoolSpec,
     ReferenceExecutor,
     ReferencePools,
     ResolveBatch,
+    StaleStep,
 )
 
 pytestmark = pytest.mark.gpu
@@ -82,6 +84,8 @@ class Pair:
         np.testing.assert_array_equal(got.plan, want.plan)
         assert (got.resident_hits, got.hot_hits, got.misses) == (
             want.resident_hits, want.hot_hits, want.misses)
+        check_copy_order(res.plan, self.spec.row_bytes // 16)
+        check_control_idle(self.c_lead, int(batch.step))
         self.same_state()
 
     def same_state(self) -> None:
@@ -89,6 +93,39 @@ class Pair:
             a, b = self.ref.snapshot(r), self.cuda.snapshot(c)
             for key in ("hot_tag", "hot_stamp", "device", "host"):
                 np.testing.assert_array_equal(b[key], a[key], err_msg=key)
+
+
+def check_copy_order(plan: Any, rv: int) -> None:
+    """Each entry's copy order holds exactly its plan's pairs; a big entry's (more than
+    one round of one resolver block) is sorted by host row, ties in plan order."""
+    import cupy
+
+    pairs, copy, counts = (cupy.asnumpy(a) for a in (plan.pairs, plan.copy_pairs, plan.counts))
+    for e, c in enumerate(counts):
+        mine, order = pairs[e, :c], copy[e, :c]
+        if c * rv > 4 * 1024:
+            want = mine[np.argsort(mine[:, 1], kind="stable")]
+            np.testing.assert_array_equal(order, want)
+        else:
+            np.testing.assert_array_equal(order, mine)
+
+
+def check_control_idle(pools: Any, step: int) -> None:
+    """After a launch the control words are idle again: no owner, tickets and the
+    blocks-done count back at 0, the launch's step recorded, no refusal unreported."""
+    import cupy
+
+    from hisparse.executor.cuda.kernels import (
+        CTRL_DONE,
+        CTRL_LAST_STEP,
+        CTRL_OWNER,
+        CTRL_TICKETS,
+    )
+
+    ctrl = cupy.asnumpy(pools.ctrl)
+    assert ctrl[CTRL_OWNER] == 0 and ctrl[CTRL_TICKETS] == 0 and ctrl[CTRL_DONE] == 0, ctrl
+    assert ctrl[CTRL_LAST_STEP] == step, ctrl
+    assert list(pools.status) == pools.refusals_seen, pools.status
 
 
 @st.composite
@@ -334,3 +371,144 @@ def test_simulate_on_cuda_is_clean(speculative: int) -> None:
                                    executor="cuda"))
     assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
     assert rep.spills > 0 and rep.hot_hits > 0 and rep.misses > 0
+
+
+def test_graph_replay_without_a_new_step_is_refused() -> None:
+    """A replay that does not raise the step changes nothing, leaves rows -1 and no plan,
+    and the next host call raises StaleStep; the following steps resolve normally."""
+    import cupy
+
+    from hisparse.executor.cuda import ResolveBuffers
+
+    spec, k, batches = _graph_case()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    pair = Pair(spec, k, 1, 1500, stream=stream)
+    buffers = ResolveBuffers.allocate(4, k)
+    cupy.cuda.Device().synchronize()
+    with stream:
+        stream.begin_capture()
+        pair.cuda.launch_resolve(pair.c_lead, buffers)
+        pair.cuda.replay(pair.c_fol, buffers.result.plan)
+        graph = stream.end_capture()
+    _check_graph(pair, buffers, lambda: graph.launch(stream), batches[:1], stream)
+    stale = batches[1]
+    _fill(buffers, ResolveBatch(stale.slots, stale.topk, stale.resident_row, stale.host_row,
+                                batches[0].step), stream)
+    graph.launch(stream)
+    with pytest.raises(StaleStep):
+        buffers.result.host()
+    assert (cupy.asnumpy(buffers.result.rows) == -1).all()
+    assert (cupy.asnumpy(buffers.result.plan.counts) == 0).all()
+    pair.same_state()  # nothing moved: neither the leader's state nor the follower's rows
+    _check_graph(pair, buffers, lambda: graph.launch(stream), batches[1:], stream)
+
+
+def _spin_kernel() -> Any:
+    import cupy
+
+    return cupy.RawKernel(r"""
+    extern "C" __global__ void spin_ns(long long ns) {
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+    }""", "spin_ns")
+
+
+def _wide_case(n: int, k: int) -> tuple[PoolSpec, list[ResolveBatch]]:
+    """n slots of k hot rows, one all-miss entry per slot (a long copy-bound launch)."""
+    spec = PoolSpec(gpu_blocks=2, host_blocks=64, block_tokens=64, row_bytes=656, hot_rows=k,
+                    slots=n)
+    rng = np.random.default_rng(11)
+    batches = []
+    for step, width in ((1, n), (2, 4), (3, 4)):
+        topk = np.stack([rng.permutation(8 * k)[:k] for _ in range(width)]).astype(np.int32)
+        host = rng.integers(0, spec.host_rows, topk.shape).astype(np.int32)
+        batches.append(ResolveBatch(np.arange(width, dtype=np.int32), topk,
+                                    np.full_like(topk, -1), host, step))
+    return spec, batches
+
+
+def test_concurrent_launches_on_one_cache_are_refused() -> None:
+    """A launch that starts while another holds the same pools refuses (rows -1, nothing
+    changed), the one holding them completes correctly, no block waits on the other;
+    the cache then refuses every launch until recover(), and resolves normally after."""
+    import cupy
+
+    from hisparse.executor.cuda import ResolveBuffers
+
+    n, k = 512, 256
+    spec, (first, second, third) = _wide_case(n, k)
+    low = cupy.cuda.Stream(non_blocking=True)
+    _, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
+    high = cupy.cuda.Stream(non_blocking=True, priority=greatest)
+    pair = Pair(spec, k, 1, 8 * k, stream=low)
+    other = cuda_executor(top_k=k, max_positions=8 * k, stream=high)
+    bufs = []
+    for batch, stream in ((first, low), (second, high)):
+        buf = ResolveBuffers.allocate(len(batch.slots), k)
+        _fill(buf, batch, stream)
+        bufs.append(buf)
+    spin = _spin_kernel()
+    cupy.cuda.Device().synchronize()
+    # Both launches are queued behind spins, so the second starts ~300 µs into the
+    # first (which copies 86 MB from pinned memory, about 2 ms); the high-priority stream
+    # gets its blocks scheduled ahead of the first launch's pending ones.
+    with low:
+        spin((1,), (1,), (np.int64(1_000_000),))
+        pair.cuda.launch_resolve(pair.c_lead, bufs[0])
+        pair.cuda.replay(pair.c_fol, bufs[0].result.plan)
+    with high:
+        spin((1,), (1,), (np.int64(1_300_000),))
+        other.launch_resolve(pair.c_lead, bufs[1])
+    cupy.cuda.Device().synchronize()
+    want = pair.ref.resolve(pair.r_lead, first)
+    pair.ref.replay(pair.r_fol, want.plan)
+    np.testing.assert_array_equal(cupy.asnumpy(bufs[0].result.rows), want.rows)
+    assert (cupy.asnumpy(bufs[1].result.rows) == -1).all()
+    assert (cupy.asnumpy(bufs[1].result.plan.counts) == 0).all()
+    pair.same_state()  # the refused launch touched nothing
+    with pytest.raises(LaunchConflict):
+        pair.cuda.completed()
+    before = pair.cuda.snapshot(pair.c_lead)
+    with pytest.raises(LaunchConflict):  # poisoned: refused on the host, nothing queued
+        pair.cuda.resolve(pair.c_lead, second)
+    after = pair.cuda.snapshot(pair.c_lead)
+    for key in before:
+        np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+    pair.cuda.recover(pair.c_lead)
+    for slot in range(spec.slots):
+        pair.ref.reset_slot(pair.r_lead, slot)
+    pair.step(third)
+
+
+def test_unfinished_launch_is_refused_until_recover() -> None:
+    """Control words left as by a launch that stopped after three blocks took tickets:
+    the next launch neither hangs nor decides anything; every later one refuses on the
+    host until recover()."""
+    import cupy
+
+    from hisparse.executor.cuda.kernels import CTRL_DONE, CTRL_OWNER, CTRL_TICKETS
+
+    spec, _, batches = _graph_case()
+    pair = Pair(spec, 256, 1, 1500)
+    pair.step(batches[0])
+    pools = pair.c_lead
+    with pair.cuda.stream:
+        pools.ctrl[CTRL_OWNER] = (1 << 62) | 7  # owned by a launch of step 7
+        pools.ctrl[CTRL_TICKETS] = 3
+        pools.ctrl[CTRL_DONE] = 1
+    before = pair.cuda.snapshot(pools)
+    res = pair.cuda.resolve(pools, batches[1])
+    with pytest.raises(LaunchConflict):
+        res.host()
+    assert (cupy.asnumpy(res.rows) == -1).all()
+    after = pair.cuda.snapshot(pools)
+    for key in before:
+        np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+    with pytest.raises(LaunchConflict):
+        pair.cuda.resolve(pools, batches[2])
+    pair.cuda.recover(pools)
+    for slot in range(spec.slots):
+        pair.ref.reset_slot(pair.r_lead, slot)
+    for batch in batches[2:]:
+        pair.step(batch)

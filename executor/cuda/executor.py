@@ -14,6 +14,7 @@ Spills run on their own stream, ordered after the producing work by an event; th
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,9 @@ from hisparse.executor.base import ResolveBatch, Spill
 from hisparse.executor.cuda.backend import load_cupy
 from hisparse.executor.cuda.kernels import (
     COPY_THREADS,
+    CTRL_DONE,
+    CTRL_OWNER,
+    CTRL_TICKETS,
     RESOLVE_THREADS,
     ResolverShape,
     compile_kernels,
@@ -82,6 +86,8 @@ class CudaExecutor:
         self._spills_unwaited = False
         self.resolvers: dict[ResolverShape, Any] = {}
         """The resolver kernel compiled for each pool shape (rows per thread differ)."""
+        self._leaders: weakref.WeakSet[CudaPools] = weakref.WeakSet()
+        """Leader pools allocated here, whose launch refusals ``completed()`` reports."""
 
     def defines(self, hot_rows: int) -> tuple[str, ...]:
         """NVRTC options of the resolver for ``hot_rows``: per-thread register chunks are
@@ -105,7 +111,10 @@ class CudaExecutor:
             self._resolver(shape)  # compile now, not at the first (maybe captured) launch
         assert spec.row_bytes % ROW_ALIGN == 0  # PoolSpec enforces it
         with self._cupy.cuda.Device(self.device_id), self.stream:
-            return allocate_pools(spec, shape)
+            pools = allocate_pools(spec, shape)
+        if shape is not None:
+            self._leaders.add(pools)
+        return pools
 
     def reset_slot(self, pools: CudaPools, slot: int) -> None:
         """Empty one slot's hot state for a newly admitted request (tags, stamps, order)."""
@@ -119,6 +128,23 @@ class CudaExecutor:
             pools.hot_stamp[slot] = -1
             pools.lru_order[slot] = cupy.arange(pools.spec.hot_rows, dtype=cupy.int32)
             pools.where[slot] = ABSENT
+
+    def recover(self, pools: CudaPools) -> None:
+        """After ``LaunchConflict`` / ``CopyWaitExpired``: wait for the stream, release the
+        launch control and empty every slot's hot state (every position misses next, so
+        leaders and followers refill from the host pool). Not a decode-path call."""
+        if pools.shape is None:
+            raise BadBatch("a follower's pools have no launch state to recover")
+        self.stream.synchronize()
+        with self.stream:
+            for word in (CTRL_OWNER, CTRL_TICKETS, CTRL_DONE):
+                pools.ctrl[word] = 0
+            for slot in range(pools.spec.slots):
+                self.reset_slot(pools, slot)
+            pools.ready[...] = -1
+        self.stream.synchronize()
+        pools.refusals_seen[:] = [int(c) for c in pools.status]
+        pools.poisoned = False
 
     # -- spills -------------------------------------------------------------------
 
@@ -162,7 +188,7 @@ class CudaExecutor:
             dev_pairs = cupy.empty(pairs.shape, dtype=cupy.int32)
             dev_pairs.set(pairs, stream=self.spill_stream)
             total = len(checked) * bv
-            grid = max(1, min(-(-total // (4 * COPY_THREADS)), 4 * 132))
+            grid = max(1, min(-(-total // (4 * COPY_THREADS)), 4 * self.sms))
             self.kernels.spill(
                 (grid,), (COPY_THREADS,),
                 (dev_pairs, np.int32(len(checked)), np.int32(bv), pools.device,
@@ -190,7 +216,10 @@ class CudaExecutor:
 
     def completed(self) -> list[int]:
         """Transfer IDs whose every copy has landed since the last call; polls events,
-        never waits."""
+        never waits. First raises any resolver refusal the device reported since the
+        last check (``LaunchRefused``; landed IDs wait for the next call)."""
+        for pools in list(self._leaders):
+            pools.check_launches(sticky=False)
         for batch in list(self._batches):
             if batch.done.done:
                 self._land(batch)
@@ -244,7 +273,9 @@ class CudaExecutor:
         """Validate on the host, upload with one async copy, one resolver launch.
 
         Returns device outputs without synchronizing; ``result.host()`` reads them back.
+        Raises ``LaunchRefused`` first if the device refused an earlier launch.
         """
+        pools.check_launches()
         check_batch(pools.spec, batch, pools.last_step)
         n, k = batch.topk.shape
         shape = self._leader_shape(pools, k)
@@ -272,6 +303,7 @@ class CudaExecutor:
             dev.set(packed, stream=self.stream)
             inputs = dev[2 + n :].reshape(3, n, k)
             out = CudaResolveResult.empty(n, k)
+            out.check = pools.check_launches
             if n:
                 self._order_after_spills()
                 self._launch(pools, shape, dev[2 : 2 + n], inputs[0], inputs[1], inputs[2],
@@ -284,8 +316,12 @@ class CudaExecutor:
         no validation, no allocation, no host work, so it can be captured in a CUDA graph
         and replayed with new inputs. The caller keeps the contract ``resolve`` checks
         (slot runs, ranges, increasing step) and orders it after spills
-        (``order_after_spills``) outside the graph."""
+        (``order_after_spills``) outside the graph. A replay whose step does not exceed
+        the last completed launch's is refused on the device (``StaleStep`` at the next
+        host call), as are concurrent launches on the same pools (``LaunchConflict``)."""
+        pools.check_launches()
         shape = self._leader_shape(pools, buffers.topk.shape[1])
+        buffers.result.check = pools.check_launches
         with self.stream:
             self._launch(pools, shape, buffers.slots, buffers.topk, buffers.resident_row,
                          buffers.host_row, buffers.step, buffers.result)
@@ -324,11 +360,11 @@ class CudaExecutor:
             (n + helpers,), (RESOLVE_THREADS,),
             (slots, topk, resident, host, step, np.int32(n), np.int32(k),
              pools.hot_tag, pools.hot_stamp, pools.lru_order, pools.where, pools.ready,
-             pools.ctrl, pools.host_device, pools.device,
+             pools.ctrl, pools.status_device, pools.host_device, pools.device,
              np.int32(spec.hot_rows), np.int32(shape.max_positions),
              np.int32(spec.resident_rows),
              np.int32(spec.row_bytes // 16),
-             out.rows, out.plan.pairs, out.plan.counts, out.counters),
+             out.rows, out.plan.pairs, out.plan.counts, out.counters, out.plan.copy_pairs),
             shared_mem=shape.smem,
         )
 
@@ -350,11 +386,12 @@ class CudaExecutor:
             if n == 0 or k == 0:
                 return
             rv = follower.spec.row_bytes // 16
-            per_entry = max(1, min(-(-k * rv // (4 * COPY_THREADS)), -(-264 // n)))
+            per_entry = max(1, min(-(-k * rv // (4 * COPY_THREADS)), -(-2 * self.sms // n)))
+            pairs = plan.copy_pairs if plan.copy_pairs is not None else plan.pairs
             self._order_after_spills()
             self.kernels.replay(
                 (n, per_entry), (COPY_THREADS,),
-                (plan.pairs, plan.counts, np.int32(k), np.int32(rv), follower.host_device,
+                (pairs, plan.counts, np.int32(k), np.int32(rv), follower.host_device,
                  follower.device),
             )
 

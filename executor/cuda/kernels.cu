@@ -28,8 +28,43 @@ __device__ long long hisparse_prof[16];
 #define OCC_NONE (-1)            // occ[]: padding or resident, nothing to do
 #define OCC_LOOKUP (-2)          // occ[]: a miss; becomes its first occurrence's index
 #define OCC_HOT (-3)             // occ[]: resolved as a hot hit
-#define BCAST 66                 // ws[]: the broadcast slot (ws[0..65] is scan scratch)
-#define WS_INTS 68               // ints of scan scratch + broadcast in shared memory
+// HS_WS_INTS (ints of scan scratch + broadcast slots in shared memory) is defined once,
+// in kernels.py (WS_INTS), which passes it here and sizes shared memory from it.
+#ifndef HS_WS_INTS
+#error "HS_WS_INTS must be passed by kernels.py (WS_INTS)"
+#endif
+#define WS_INTS HS_WS_INTS
+#define BCAST (WS_INTS - 2)      // ws[]: the broadcast slot (ws[0..65] is scan scratch)
+static_assert(BCAST >= 66 && WS_INTS % 2 == 0, "scan scratch is 33 long longs");
+
+// Launch control, ctrl[] (int64, device memory, per pools). One launch at a time owns
+// the pools: its blocks claim the owner word with the launch's step, draw tickets, and
+// the last one out resets the tickets and releases the word. A block that finds the
+// pools owned by another step (a concurrent launch, or one that never finished) or a
+// step not above the last completed launch's (a graph replay without a new step)
+// refuses: it touches no pool state, marks its entry's outputs empty (rows -1, no
+// plan), and counts the refusal in host_status[] (mapped pinned host memory), which
+// the host reads without a sync or a copy and raises as a typed error.
+// The indices and codes below are defined once, in kernels.py (CONTROL), and passed in:
+// CTRL_OWNER (0 idle, else OWNED | step; POISON sticks once set), CTRL_LAST_STEP (step
+// of the last launch that completed), CTRL_TICKETS, CTRL_DONE, CTRL_REFUSED ([+ code]:
+// refused blocks per code, device copy), REFUSE_STALE (step <= the last completed
+// launch's), REFUSE_CONFLICT (pools held by another launch, or poisoned), REFUSE_TIMEOUT
+// (a copy helper's wait for a plan expired; never expected).
+#if !defined(CTRL_OWNER) || !defined(CTRL_LAST_STEP) || !defined(CTRL_TICKETS) || \
+    !defined(CTRL_DONE) || !defined(CTRL_REFUSED) || !defined(REFUSE_STALE) || \
+    !defined(REFUSE_CONFLICT) || !defined(REFUSE_TIMEOUT)
+#error "launch-control indices must be passed by kernels.py (CONTROL)"
+#endif
+#define OWNED (1ull << 62)
+#define POISON (1ull << 63)
+#define STEP_BITS (OWNED - 1)
+#ifndef HS_WAIT_NS
+#define HS_WAIT_NS 60000000000ll // a helper's wait for a published plan, at most (60 s)
+#endif
+#ifndef HS_SORT_COPIES
+#define HS_SORT_COPIES 1         // copy an entry's misses in host-address order
+#endif
 
 __device__ __forceinline__ int warp_inclusive_scan(int v) {
     const int lane = threadIdx.x & 31;
@@ -205,9 +240,72 @@ __device__ void copy_share(const int* plan, const int* plan_count, int e0, int e
 __device__ __forceinline__ int load_cg(const int* p) { return __ldcg(p); }
 __device__ __forceinline__ i64 load_cg(const i64* p) { return __ldcg((const long long*)p); }
 
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Count one refused block under `code`, on the device and in mapped host memory (a
+// plain store of the new count: the host raises when it grows, no atomics over PCIe).
+__device__ void report(int code, i64* ctrl, volatile i64* host_status) {
+    unsigned long long* counts = (unsigned long long*)(ctrl + CTRL_REFUSED);
+    const unsigned long long c = atomicAdd(counts + code, 1ull) + 1ull;
+    host_status[code] = (i64)c;
+    __threadfence_system();
+}
+
+// Thread 0 of each block: its ticket, or -code when the block must refuse. The owner
+// word admits one launch (one step) at a time; a block of any other launch poisons it,
+// so the conflict is refused until the host recovers the pools, and never waited on.
+__device__ int claim(i64* ctrl, i64 step) {
+    unsigned long long* w = (unsigned long long*)ctrl;
+    if (step <= *((volatile i64*)(ctrl + CTRL_LAST_STEP))) return -REFUSE_STALE;
+    const unsigned long long mine = OWNED | ((unsigned long long)step & STEP_BITS);
+    const unsigned long long old = atomicCAS(w + CTRL_OWNER, 0ull, mine);
+    if (old != 0ull && (old & ~POISON) != mine) {
+        atomicOr(w + CTRL_OWNER, POISON);
+        return -REFUSE_CONFLICT;
+    }
+    const unsigned long long t = atomicAdd(w + CTRL_TICKETS, 1ull);
+    if (t >= gridDim.x) {  // more blocks than this launch has: a second one of this step
+        atomicOr(w + CTRL_OWNER, POISON);
+        return -REFUSE_CONFLICT;
+    }
+    return (int)t;
+}
+
+// Thread 0 of each block that drew a ticket: the last one out resets the tickets,
+// records the step and releases the owner word (keeping POISON).
+__device__ void release(i64* ctrl, i64 step) {
+    unsigned long long* w = (unsigned long long*)ctrl;
+    __threadfence();
+    if (atomicAdd(w + CTRL_DONE, 1ull) == gridDim.x - 1ull) {
+        atomicExch(w + CTRL_TICKETS, 0ull);
+        atomicExch(w + CTRL_DONE, 0ull);
+        atomicExch(w + CTRL_LAST_STEP, (unsigned long long)step);
+        __threadfence();
+        atomicAnd(w + CTRL_OWNER, POISON);
+    }
+}
+
+// A refused block: counts itself and leaves entry blockIdx.x empty (rows -1, no plan,
+// zero counters) so nothing downstream reads a stale or uninitialized row.
+__device__ void refuse(int code, i64* ctrl, volatile i64* host_status, int n, int K,
+                       int* rows, int* plan_count, int* counters) {
+    if (threadIdx.x == 0) report(code, ctrl, host_status);
+    const int e = blockIdx.x;
+    if (e < n) {
+        for (int i = threadIdx.x; i < K; i += blockDim.x) rows[(i64)e * K + i] = -1;
+        if (threadIdx.x < 3) counters[e * 3 + threadIdx.x] = 0;
+        if (threadIdx.x == 0) plan_count[e] = 0;
+    }
+}
+
 // Grid: n + helpers blocks of 1024 threads. Blocks take tickets in start order; ticket
 // t < n decides entry t's run (if t heads one), ticket t >= n is a copy helper. A helper
-// only waits for runs whose deciding block is already running, so waiting is safe.
+// only waits for runs whose deciding block is already running (tickets of one launch
+// only: claim()), so waiting is safe; the wait is bounded all the same.
 //
 // where[s][p] is the slot's position -> hot-row index, kept with hot_tag: a hot row's
 // index, ABSENT, or (only inside a launch) MISS_BASE + the first occurrence of a miss.
@@ -224,14 +322,16 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     int* __restrict__ lru_order,         // [slots, H]
     int* __restrict__ where,             // [slots, P]
     i64* __restrict__ ready,             // [slots]: step whose plan for the slot is complete
-    int* __restrict__ ctrl,              // [2]: ticket, blocks done (reset by the last block)
+    i64* __restrict__ ctrl,              // [8]: launch control (CTRL_*)
+    volatile i64* host_status,           // [8] mapped pinned: refused blocks per code
     const uint4* __restrict__ host_pool, // mapped pinned host rows
     uint4* __restrict__ device_pool,     // packed resident + hot rows
     int H, int P, int R, int rv,
     int* __restrict__ rows,              // [n, K] out
     int* __restrict__ plan,              // [n, K, 2] out: first plan_count[e] pairs valid
     int* __restrict__ plan_count,        // [n] out
-    int* __restrict__ counters)          // [n, 3] out: resident, hot, miss
+    int* __restrict__ counters,          // [n, 3] out: resident, hot, miss
+    int* __restrict__ copy_plan)         // [n, K, 2] out: the plan in host-row order
 {
     extern __shared__ __align__(16) int smem[];
     const int tid = threadIdx.x;
@@ -240,12 +340,18 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     int* victims = used + H;             // [K] the entry's victims, in LRU order
     int* first_row = victims + K;        // [K] row taken by a miss's first occurrence
     int* new_order = first_row + K;      // [H] the order being committed
+    int* sort_key = smem + ((WS_INTS + 2 * H + 2 * K + 3) & ~3);  // [K + 3], 16-aligned:
+                                         // host rows of an entry's copies (sort keys)
 
-    if (tid == 0) ws[BCAST] = atomicAdd(&ctrl[0], 1);
+    const i64 step = *step_ptr;
+    if (tid == 0) ws[BCAST] = claim(ctrl, step);
     __syncthreads();
     const int ticket = ws[BCAST];
     __syncthreads();
-    const i64 step = *step_ptr;
+    if (ticket < 0) {  // refused: no pool state touched; this block's entry reads empty
+        refuse(-ticket, ctrl, host_status, n, K, rows, plan_count, counters);
+        return;
+    }
     const int helpers = gridDim.x - n;
 
     if (ticket >= n) {  // a copy helper
@@ -259,17 +365,29 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             while (e1 < n && slots[e1] == s) ++e1;
             const int parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
             if (tid == 0) {
+                // The head's block drew an earlier ticket, so it is running: the wait
+                // ends. The bound only turns a broken invariant into an error, not a hang.
                 volatile i64* flag = ready + s;
-                while (*flag != step) __nanosleep(100);
-                __threadfence();
-                int misses = 0;
-                for (int e = head; e < e1; ++e) misses += __ldcg(plan_count + e);
+                const unsigned long long t0 = global_ns();
+                int misses = -1;
+                while (*flag != step) {
+                    if (global_ns() - t0 > (unsigned long long)HS_WAIT_NS) break;
+                    __nanosleep(100);
+                }
+                if (*flag == step) {
+                    __threadfence();
+                    misses = 0;
+                    for (int e = head; e < e1; ++e) misses += __ldcg(plan_count + e);
+                } else {
+                    report(REFUSE_TIMEOUT, ctrl, host_status);
+                }
                 ws[BCAST] = misses;
             }
             __syncthreads();
-            if (!small_copy(ws[BCAST], rv))  // a small run is copied by its head alone
-                copy_share(plan, plan_count, head, e1, K, rv, 1 + h / heads, parts, host_pool,
-                           device_pool);
+            const int misses = ws[BCAST];
+            if (misses >= 0 && !small_copy(misses, rv))  // a small run: its head alone
+                copy_share(copy_plan, plan_count, head, e1, K, rv, 1 + h / heads, parts,
+                           host_pool, device_pool);
         }
     } else if (is_head(slots, ticket) || slots[ticket] < 0) {
         const int e0 = ticket;
@@ -372,6 +490,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                 PROF(3);
                 filled = m < n_cand ? m : n_cand;  // shape checks make m <= n_cand
                 int hr[HS_IPT], vj[HS_IPT], old[HS_IPT];
+                const bool sorted = HS_SORT_COPIES && !small_copy(filled, rv);
                 int r = rank;
 #pragma unroll
                 for (int c = 0; c < HS_IPT; ++c) {
@@ -400,13 +519,42 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                         row = hot0 + j;
                         plan[pi] = row;
                         plan[pi + 1] = hr[c];
+                        if (sorted) sort_key[r] = hr[c];
+                        else { copy_plan[pi] = row; copy_plan[pi + 1] = hr[c]; }
                         wrote_plan = true;
                     }
                     out[i] = row;
                     first_row[i] = row;
                     ++r;
                 }
+                if (sorted && tid < 3) sort_key[filled + tid] = 0x7fffffff;  // int4 padding
                 __syncthreads();
+                if (sorted) {
+                    // Copy order: the entry's misses by host row (ties by plan index), so
+                    // each block reads pinned host memory in address order. A rank by
+                    // counting over shared memory: every thread reads the same keys.
+                    r = rank;
+#pragma unroll
+                    for (int c = 0; c < HS_IPT; ++c) {
+                        const int i = tid * HS_IPT + c;
+                        if (occ[c] != i) continue;
+                        if (vj[c] >= 0) {
+                            const int key = hr[c];
+                            int below = 0;
+                            for (int q = 0; q < filled; q += 4) {
+                                const int4 k4 = *reinterpret_cast<const int4*>(sort_key + q);
+                                below += (k4.x < key || (k4.x == key && q < r))
+                                       + (k4.y < key || (k4.y == key && q + 1 < r))
+                                       + (k4.z < key || (k4.z == key && q + 2 < r))
+                                       + (k4.w < key || (k4.w == key && q + 3 < r));
+                            }
+                            const i64 pi = (row0 + below) * 2;
+                            copy_plan[pi] = hot0 + vj[c];
+                            copy_plan[pi + 1] = key;
+                        }
+                        ++r;
+                    }
+                }
                 PROF(4);
                 // Repeats of a missed position map to the row its first occurrence took.
 #pragma unroll
@@ -441,7 +589,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             i64 to[4];
             if (prefetched) {
                 const int total = run_misses * rv;
-                const int2* pairs = (const int2*)(plan + (i64)e0 * K * 2);
+                const int2* pairs = (const int2*)(copy_plan + (i64)e0 * K * 2);
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     const int idx = tid + u * blockDim.x;
@@ -485,22 +633,20 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                     const int heads = heads_info(slots, n, -1, e0, &rank, ws);
                     parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
                 }
-                copy_share(plan, plan_count, e0, e1, K, rv, 0, parts, host_pool, device_pool);
+                copy_share(copy_plan, plan_count, e0, e1, K, rv, 0, parts, host_pool,
+                           device_pool);
             }
             PROF(7);
         }
     }
 
-    // The last block out resets the tickets for the next launch on these pools.
+    // The last block out resets the tickets, records the step and releases the pools.
     __syncthreads();
-    if (tid == 0 && atomicAdd(&ctrl[1], 1) == (int)gridDim.x - 1) {
-        ctrl[0] = 0;
-        ctrl[1] = 0;
-        __threadfence();
-    }
+    if (tid == 0) release(ctrl, step);
 }
 
-// Follower replay: entry e's first plan_count[e] (hot row, host row) pairs, copied from
+// Follower replay: entry e's first plan_count[e] (hot row, host row) pairs (the copy
+// order the resolver wrote: host-row order for big entries), copied from
 // the follower's host pool into its device pool. grid = (n, blocks per entry).
 extern "C" __global__ void __launch_bounds__(512) hisparse_replay(
     const int* __restrict__ plan, const int* __restrict__ plan_count, int K, int rv,

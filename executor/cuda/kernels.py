@@ -26,12 +26,38 @@ MAX_TOP_K = 8 * RESOLVE_THREADS
 SMEM_LIMIT = 227 * 1024
 """Dynamic shared memory one block may use on sm_80 and later (Hopper: 227 KiB)."""
 
+WS_INTS = 68
+"""Ints of block-scan scratch (33 int64) plus two broadcast slots at the head of the
+resolver's shared memory. The one definition: passed to kernels.cu as ``HS_WS_INTS``."""
+
+CTRL_OWNER, CTRL_LAST_STEP, CTRL_TICKETS, CTRL_DONE, CTRL_REFUSED = 0, 1, 2, 3, 4
+"""Indices of the int64 launch-control words of one pools (``CudaPools.ctrl``): owner
+word, step of the last completed launch, tickets, blocks done; refused blocks of code
+``c`` are counted at ``CTRL_REFUSED + c``."""
+
+REFUSE_STALE, REFUSE_CONFLICT, REFUSE_TIMEOUT = 1, 2, 3
+"""Refusal codes; also the index of each count in the mapped host status words."""
+
+CTRL_WORDS = CTRL_REFUSED + REFUSE_TIMEOUT + 1
+
+CONTROL = {
+    "CTRL_OWNER": CTRL_OWNER, "CTRL_LAST_STEP": CTRL_LAST_STEP,
+    "CTRL_TICKETS": CTRL_TICKETS, "CTRL_DONE": CTRL_DONE, "CTRL_REFUSED": CTRL_REFUSED,
+    "REFUSE_STALE": REFUSE_STALE, "REFUSE_CONFLICT": REFUSE_CONFLICT,
+    "REFUSE_TIMEOUT": REFUSE_TIMEOUT,
+}
+"""What kernels.cu is compiled with (``-D``): the one definition of the layout above."""
+
+
+def _align4(ints: int) -> int:
+    return -(-ints // 4) * 4
+
 
 def resolve_smem_bytes(hot_rows: int, top_k: int) -> int:
     """Dynamic shared memory of ``hisparse_resolve``; mirrors the layout in kernels.cu:
     WS_INTS ints of scratch, then used[H], victims[K], first_row[K] and new_order[H]
-    ints."""
-    return 4 * (68 + 2 * hot_rows + 2 * top_k)
+    ints, then (16-byte aligned) K + 3 ints of copy-order sort keys."""
+    return 4 * (_align4(WS_INTS + 2 * hot_rows + 2 * top_k) + _align4(top_k + 3))
 
 
 def rows_per_thread(hot_rows: int) -> int:
@@ -106,7 +132,11 @@ def compile_kernels(device_id: int, defines: tuple[str, ...] = ()) -> Kernels:
     cupy = load_cupy()
     source = resources.files("hisparse.executor.cuda").joinpath("kernels.cu").read_text()
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=source, options=("-std=c++17", *defines))
+        module = cupy.RawModule(
+            code=source,
+            options=("-std=c++17", f"-DHS_WS_INTS={WS_INTS}",
+                     *(f"-D{name}={value}" for name, value in CONTROL.items()), *defines),
+        )
         return Kernels(
             resolve=module.get_function("hisparse_resolve"),
             replay=module.get_function("hisparse_replay"),
