@@ -96,12 +96,12 @@ def test_cli_reports_a_missing_gpu_as_an_error(
 
 def test_shape_limits_are_checked_at_configuration() -> None:
     ok = ResolverShape.of(hot_rows=4096, top_k=2048, entries_per_slot=2, max_positions=1 << 17)
-    # scratch, used[H], victims[K], first_row[K], new_order[H]; then K + 3 sort keys,
-    # each part rounded up to 16 bytes
+    # scratch, used[H], victims[K], first_row[K], new_order[H] ints; then int64 sort
+    # keys for K rounded up to a power of two, 8-byte aligned
     assert WS_INTS == 68
-    assert ok.smem == resolve_smem_bytes(4096, 2048) == 4 * (
-        (68 + 2 * 4096 + 2 * 2048) + (2048 + 4))
-    assert resolve_smem_bytes(3, 3) == 4 * (80 + 8)
+    assert ok.smem == resolve_smem_bytes(4096, 2048) == 4 * (68 + 2 * 4096 + 2 * 2048) + 8 * 2048
+    assert resolve_smem_bytes(3, 3) == 4 * 80 + 8 * 4
+    assert resolve_smem_bytes(1, 1) == 4 * 72 + 8 * 1
     assert positions_per_thread(2048) == 2 and rows_per_thread(4096) == 4
     bad = [
         dict(hot_rows=4095, top_k=2048, entries_per_slot=2, max_positions=10),  # H < E*K

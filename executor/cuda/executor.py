@@ -364,7 +364,8 @@ class CudaExecutor:
              np.int32(spec.hot_rows), np.int32(shape.max_positions),
              np.int32(spec.resident_rows),
              np.int32(spec.row_bytes // 16),
-             out.rows, out.plan.pairs, out.plan.counts, out.counters, out.plan.copy_pairs),
+             out.rows, out.plan.pairs, out.plan.counts, out.counters, out.plan.copy_pairs,
+             out.take),
             shared_mem=shape.smem,
         )
 

@@ -48,11 +48,13 @@ static_assert(BCAST >= 66 && WS_INTS % 2 == 0, "scan scratch is 33 long longs");
 // The indices and codes below are defined once, in kernels.py (CONTROL), and passed in:
 // CTRL_OWNER (0 idle, else OWNED | step; POISON sticks once set), CTRL_LAST_STEP (step
 // of the last launch that completed), CTRL_TICKETS, CTRL_DONE, CTRL_REFUSED ([+ code]:
-// refused blocks per code, device copy), REFUSE_STALE (step <= the last completed
+// refused blocks per code, device copy), CTRL_FRONT / CTRL_PUBLISHED / CTRL_BIG (the copy
+// queue's lowest open entry, runs published, big runs published), REFUSE_STALE (step <= the last completed
 // launch's), REFUSE_CONFLICT (pools held by another launch, or poisoned), REFUSE_TIMEOUT
 // (a copy helper's wait for a plan expired; never expected).
 #if !defined(CTRL_OWNER) || !defined(CTRL_LAST_STEP) || !defined(CTRL_TICKETS) || \
     !defined(CTRL_DONE) || !defined(CTRL_REFUSED) || !defined(REFUSE_STALE) || \
+    !defined(CTRL_FRONT) || !defined(CTRL_PUBLISHED) || !defined(CTRL_BIG) || \
     !defined(REFUSE_CONFLICT) || !defined(REFUSE_TIMEOUT)
 #error "launch-control indices must be passed by kernels.py (CONTROL)"
 #endif
@@ -61,6 +63,9 @@ static_assert(BCAST >= 66 && WS_INTS % 2 == 0, "scan scratch is 33 long longs");
 #define STEP_BITS (OWNED - 1)
 #ifndef HS_WAIT_NS
 #define HS_WAIT_NS 60000000000ll // a helper's wait for a published plan, at most (60 s)
+#endif
+#ifndef HS_COPY_QUEUE
+#define HS_COPY_QUEUE 1          // big runs' copies go through the entry-major chunk queue
 #endif
 #ifndef HS_SORT_COPIES
 #define HS_SORT_COPIES 1         // copy an entry's misses in host-address order
@@ -283,6 +288,9 @@ __device__ void release(i64* ctrl, i64 step) {
     if (atomicAdd(w + CTRL_DONE, 1ull) == gridDim.x - 1ull) {
         atomicExch(w + CTRL_TICKETS, 0ull);
         atomicExch(w + CTRL_DONE, 0ull);
+        atomicExch(w + CTRL_FRONT, 0ull);
+        atomicExch(w + CTRL_PUBLISHED, 0ull);
+        atomicExch(w + CTRL_BIG, 0ull);
         atomicExch(w + CTRL_LAST_STEP, (unsigned long long)step);
         __threadfence();
         atomicAnd(w + CTRL_OWNER, POISON);
@@ -300,6 +308,137 @@ __device__ void refuse(int code, i64* ctrl, volatile i64* host_status, int n, in
         if (threadIdx.x < 3) counters[e * 3 + threadIdx.x] = 0;
         if (threadIdx.x == 0) plan_count[e] = 0;
     }
+}
+
+// Copy order of a big entry: its `m` packed copies (host row << 32 | plan index << 16 |
+// hot row) sorted ascending by a bitonic sort in shared memory (ties cannot occur: the
+// plan index is part of the key), then stored as (device row, host row) pairs, so the
+// block reads pinned host memory in address order. Called by the whole block.
+__device__ void sort_copies(i64* key, int m, int* out, int hot0) {
+    int n2 = 1;
+    while (n2 < m) n2 <<= 1;
+    for (int i = m + threadIdx.x; i < n2; i += blockDim.x) key[i] = 0x7fffffffffffffffll;
+    __syncthreads();
+    for (int k = 2; k <= n2; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+                const int p = i ^ j;
+                if (p > i) {
+                    const i64 a = key[i], b = key[p];
+                    if ((a > b) == ((i & k) == 0)) { key[i] = b; key[p] = a; }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        const i64 v = key[i];
+        out[2 * i] = hot0 + (int)(v & 0xffff);
+        out[2 * i + 1] = (int)(v >> 32);
+    }
+}
+
+__device__ __forceinline__ i64 load_volatile(const i64* p) { return *(const volatile i64*)p; }
+
+// Wait (thread 0 of a block; bounded) until ready[s] holds this launch's step.
+__device__ bool await_plan(const i64* ready, int s, i64 step, i64* ctrl,
+                           volatile i64* host_status) {
+    const unsigned long long t0 = global_ns();
+    while (load_volatile(ready + s) != step) {
+        if (global_ns() - t0 > (unsigned long long)HS_WAIT_NS) {
+            report(REFUSE_TIMEOUT, ctrl, host_status);
+            return false;
+        }
+        __nanosleep(100);
+    }
+    __threadfence();
+    return true;
+}
+
+// The entry-major copy queue. The misses of big runs (those not small_copy) are copied
+// in chunks of QUEUE_CHUNK vectors, claimed through take[e], lowest entry first, by every
+// block that has nothing else to do: so the blocks of a launch work on a few entries at
+// a time, as a plain gather does, instead of one entry each (reading as many host
+// windows at once as there are blocks costs address translation, not bandwidth). Warp 0
+// scans 32 entries per step: padding, small or exhausted entries are skipped, the first
+// unpublished one is waited for. A block waits only for entries <= lim, whose runs were
+// decided by blocks with earlier tickets (running), so the queue cannot deadlock.
+#define QUEUE_CHUNK (2 * (int)blockDim.x)
+__device__ void copy_queue(int lim, const int* slots, const i64* ready, i64 step,
+                           const int* plan_count, int* take, i64* ctrl,
+                           volatile i64* host_status, const int* copy_plan, int K, int rv,
+                           const uint4* __restrict__ host_pool, uint4* __restrict__ device_pool,
+                           int* ws) {
+    const unsigned full = 0xffffffffu;
+    int x = 0;
+    for (;;) {
+        if (threadIdx.x < 32) {
+            const int lane = threadIdx.x;
+            int cur = 0;
+            if (lane == 0) {
+                const i64 f = load_volatile(ctrl + CTRL_FRONT);
+                cur = x > f ? x : (int)f;
+            }
+            cur = __shfl_sync(full, cur, 0);
+            int got_x = lim + 1, got_c = -1;
+            while (cur <= lim) {
+                const int y = cur + lane;
+                int state = 0, total = 0;  // 0 nothing to copy, 1 not yet published, 2 work
+                if (y <= lim) {
+                    const int s = slots[y];
+                    if (s >= 0) {
+                        if (load_volatile(ready + s) != step) {
+                            state = 1;
+                        } else {
+                            total = __ldcg(plan_count + y) * rv;
+                            const int t = __ldcg(take + y);
+                            state = (t >= 0 && (i64)t * QUEUE_CHUNK < total) ? 2 : 0;
+                        }
+                    }
+                }
+                const unsigned pending = __ballot_sync(full, state != 0);
+                if (pending == 0) { cur += 32; continue; }
+                const int first = __ffs(pending) - 1;
+                const int fs = __shfl_sync(full, state, first);
+                if (lane == 0 && first > 0)  // entries before cur + first are done
+                    atomicMax((long long*)(ctrl + CTRL_FRONT), (long long)(cur + first));
+                if (fs == 1) {
+                    int ok = 1;
+                    if (lane == 0)
+                        ok = await_plan(ready, slots[cur + first], step, ctrl, host_status);
+                    if (!__shfl_sync(full, ok, 0)) break;
+                    cur += first;
+                    continue;
+                }
+                int c = 0;
+                if (lane == first) c = atomicAdd(take + y, 1);
+                c = __shfl_sync(full, c, first);
+                const int tot = __shfl_sync(full, total, first);
+                if ((i64)c * QUEUE_CHUNK < tot) { got_x = cur + first; got_c = c; break; }
+                cur += first;  // exhausted meanwhile: it reads as done next time
+            }
+            if (lane == 0) { ws[BCAST] = got_x; ws[BCAST + 1] = got_c; }
+        }
+        __syncthreads();
+        const int gx = ws[BCAST], gc = ws[BCAST + 1];
+        __syncthreads();
+        if (gx > lim || gc < 0) return;
+        const int total = __ldcg(plan_count + gx) * rv;
+        const int lo = gc * QUEUE_CHUNK;
+        const int hi = total < lo + QUEUE_CHUNK ? total : lo + QUEUE_CHUNK;
+        copy_range((const int2*)(copy_plan + (i64)gx * K * 2), lo, hi, rv, host_pool,
+                   device_pool, threadIdx.x, blockDim.x);
+        x = gx;
+    }
+}
+
+// Number of runs (heads) in the batch, for the whole block.
+__device__ int count_heads(const int* slots, int n, int* ws) {
+    int mine = 0;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) mine += is_head(slots, e);
+    int heads;
+    block_exclusive_scan(mine, ws, &heads);
+    return heads;
 }
 
 // Grid: n + helpers blocks of 1024 threads. Blocks take tickets in start order; ticket
@@ -331,7 +470,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     int* __restrict__ plan,              // [n, K, 2] out: first plan_count[e] pairs valid
     int* __restrict__ plan_count,        // [n] out
     int* __restrict__ counters,          // [n, 3] out: resident, hot, miss
-    int* __restrict__ copy_plan)         // [n, K, 2] out: the plan in host-row order
+    int* __restrict__ copy_plan,         // [n, K, 2] out: the plan in host-row order
+    int* __restrict__ take)              // [n] scratch: chunks claimed (-1: not queued)
 {
     extern __shared__ __align__(16) int smem[];
     const int tid = threadIdx.x;
@@ -340,8 +480,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     int* victims = used + H;             // [K] the entry's victims, in LRU order
     int* first_row = victims + K;        // [K] row taken by a miss's first occurrence
     int* new_order = first_row + K;      // [H] the order being committed
-    int* sort_key = smem + ((WS_INTS + 2 * H + 2 * K + 3) & ~3);  // [K + 3], 16-aligned:
-                                         // host rows of an entry's copies (sort keys)
+    // [pow2(K)] int64, 8-aligned: an entry's copies as (host row, plan index, hot row)
+    i64* sort_key = (i64*)(smem + ((WS_INTS + 2 * H + 2 * K + 1) & ~1));
 
     const i64 step = *step_ptr;
     if (tid == 0) ws[BCAST] = claim(ctrl, step);
@@ -355,6 +495,28 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     const int helpers = gridDim.x - n;
 
     if (ticket >= n) {  // a copy helper
+#if HS_COPY_QUEUE
+        // Copies of big runs, if any: wait until one is published or every run is.
+        const int heads = count_heads(slots, n, ws);
+        if (tid == 0) {
+            const unsigned long long t0 = global_ns();
+            int work = 0;
+            for (;;) {
+                if (load_volatile(ctrl + CTRL_BIG) > 0) { work = 1; break; }
+                if (load_volatile(ctrl + CTRL_PUBLISHED) >= heads) break;
+                if (global_ns() - t0 > (unsigned long long)HS_WAIT_NS) {
+                    report(REFUSE_TIMEOUT, ctrl, host_status);
+                    break;
+                }
+                __nanosleep(100);
+            }
+            ws[BCAST] = work;
+        }
+        __syncthreads();
+        if (ws[BCAST])
+            copy_queue(n - 1, slots, ready, step, plan_count, take, ctrl, host_status,
+                       copy_plan, K, rv, host_pool, device_pool, ws);
+#else
         const int h = ticket - n;
         int head;
         const int heads = heads_info(slots, n, h, -1, &head, ws);
@@ -389,6 +551,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                 copy_share(copy_plan, plan_count, head, e1, K, rv, 1 + h / heads, parts,
                            host_pool, device_pool);
         }
+#endif
     } else if (is_head(slots, ticket) || slots[ticket] < 0) {
         const int e0 = ticket;
         const int s = slots[e0];
@@ -401,7 +564,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
         i64* tag = hot_tag + (i64)s * H;
         i64* stamp = hot_stamp + (i64)s * H;
         int* wh = where + (i64)s * P;
-        bool touched = false, wrote_plan = false;
+        bool touched = false;
         int run_misses = 0;  // copies the run's plan holds (every thread knows it)
         int ord[HS_HPT];  // this thread's chunk of the (stamp, row) order at launch start
 
@@ -519,42 +682,15 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                         row = hot0 + j;
                         plan[pi] = row;
                         plan[pi + 1] = hr[c];
-                        if (sorted) sort_key[r] = hr[c];
+                        if (sorted) sort_key[r] = ((i64)hr[c] << 32) | ((i64)r << 16) | j;
                         else { copy_plan[pi] = row; copy_plan[pi + 1] = hr[c]; }
-                        wrote_plan = true;
                     }
                     out[i] = row;
                     first_row[i] = row;
                     ++r;
                 }
-                if (sorted && tid < 3) sort_key[filled + tid] = 0x7fffffff;  // int4 padding
                 __syncthreads();
-                if (sorted) {
-                    // Copy order: the entry's misses by host row (ties by plan index), so
-                    // each block reads pinned host memory in address order. A rank by
-                    // counting over shared memory: every thread reads the same keys.
-                    r = rank;
-#pragma unroll
-                    for (int c = 0; c < HS_IPT; ++c) {
-                        const int i = tid * HS_IPT + c;
-                        if (occ[c] != i) continue;
-                        if (vj[c] >= 0) {
-                            const int key = hr[c];
-                            int below = 0;
-                            for (int q = 0; q < filled; q += 4) {
-                                const int4 k4 = *reinterpret_cast<const int4*>(sort_key + q);
-                                below += (k4.x < key || (k4.x == key && q < r))
-                                       + (k4.y < key || (k4.y == key && q + 1 < r))
-                                       + (k4.z < key || (k4.z == key && q + 2 < r))
-                                       + (k4.w < key || (k4.w == key && q + 3 < r));
-                            }
-                            const i64 pi = (row0 + below) * 2;
-                            copy_plan[pi] = hot0 + vj[c];
-                            copy_plan[pi + 1] = key;
-                        }
-                        ++r;
-                    }
-                }
+                if (sorted) sort_copies(sort_key, filled, copy_plan + row0 * 2, hot0);
                 PROF(4);
                 // Repeats of a missed position map to the row its first occurrence took.
 #pragma unroll
@@ -574,11 +710,18 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             PROF(5);
         }
 
-        // The run's plan is complete: its writers fence, then its helpers may copy.
-        if (s >= 0 && helpers > 0) {
-            if (wrote_plan || tid == 0) __threadfence();
+        // The run's plan is complete: its writers fence, then other blocks may copy.
+        const bool queued = HS_COPY_QUEUE && !small_copy(run_misses, rv);
+        if (s >= 0) {
+            for (int e = e0 + tid; e < e1; e += blockDim.x) take[e] = queued ? 0 : -1;
+            if (run_misses > 0 || tid < e1 - e0 || tid == 0) __threadfence();
             __syncthreads();
-            if (tid == 0) *((volatile i64*)(ready + s)) = step;
+            if (tid == 0) {
+                *((volatile i64*)(ready + s)) = step;
+                if (queued) atomicAdd((unsigned long long*)(ctrl + CTRL_BIG), 1ull);
+                __threadfence();
+                atomicAdd((unsigned long long*)(ctrl + CTRL_PUBLISHED), 1ull);
+            }
         }
 
         if (touched) {
@@ -626,6 +769,9 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
 #pragma unroll
                 for (int u = 0; u < 4; ++u)
                     if (to[u] >= 0) device_pool[to[u]] = buf[u];
+            } else if (queued) {
+                copy_queue(e1 - 1, slots, ready, step, plan_count, take, ctrl, host_status,
+                           copy_plan, K, rv, host_pool, device_pool, ws);
             } else {
                 int parts = 1;
                 if (helpers > 0 && !small_copy(run_misses, rv)) {

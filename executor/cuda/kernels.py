@@ -30,10 +30,12 @@ WS_INTS = 68
 """Ints of block-scan scratch (33 int64) plus two broadcast slots at the head of the
 resolver's shared memory. The one definition: passed to kernels.cu as ``HS_WS_INTS``."""
 
-CTRL_OWNER, CTRL_LAST_STEP, CTRL_TICKETS, CTRL_DONE, CTRL_REFUSED = 0, 1, 2, 3, 4
+CTRL_OWNER, CTRL_LAST_STEP, CTRL_TICKETS, CTRL_DONE = 0, 1, 2, 3
+CTRL_FRONT, CTRL_PUBLISHED, CTRL_BIG, CTRL_REFUSED = 4, 5, 6, 7
 """Indices of the int64 launch-control words of one pools (``CudaPools.ctrl``): owner
-word, step of the last completed launch, tickets, blocks done; refused blocks of code
-``c`` are counted at ``CTRL_REFUSED + c``."""
+word, step of the last completed launch, tickets, blocks done, the copy queue's front,
+runs published and big runs published (all but the step reset by a launch's last
+block); refused blocks of code ``c`` are counted at ``CTRL_REFUSED + c``."""
 
 REFUSE_STALE, REFUSE_CONFLICT, REFUSE_TIMEOUT = 1, 2, 3
 """Refusal codes; also the index of each count in the mapped host status words."""
@@ -43,21 +45,20 @@ CTRL_WORDS = CTRL_REFUSED + REFUSE_TIMEOUT + 1
 CONTROL = {
     "CTRL_OWNER": CTRL_OWNER, "CTRL_LAST_STEP": CTRL_LAST_STEP,
     "CTRL_TICKETS": CTRL_TICKETS, "CTRL_DONE": CTRL_DONE, "CTRL_REFUSED": CTRL_REFUSED,
+    "CTRL_FRONT": CTRL_FRONT, "CTRL_PUBLISHED": CTRL_PUBLISHED, "CTRL_BIG": CTRL_BIG,
     "REFUSE_STALE": REFUSE_STALE, "REFUSE_CONFLICT": REFUSE_CONFLICT,
     "REFUSE_TIMEOUT": REFUSE_TIMEOUT,
 }
 """What kernels.cu is compiled with (``-D``): the one definition of the layout above."""
 
 
-def _align4(ints: int) -> int:
-    return -(-ints // 4) * 4
-
-
 def resolve_smem_bytes(hot_rows: int, top_k: int) -> int:
     """Dynamic shared memory of ``hisparse_resolve``; mirrors the layout in kernels.cu:
     WS_INTS ints of scratch, then used[H], victims[K], first_row[K] and new_order[H]
-    ints, then (16-byte aligned) K + 3 ints of copy-order sort keys."""
-    return 4 * (_align4(WS_INTS + 2 * hot_rows + 2 * top_k) + _align4(top_k + 3))
+    ints, then (8-byte aligned) the copy-order sort keys: int64 [top_k rounded up to a
+    power of two]."""
+    ints = WS_INTS + 2 * hot_rows + 2 * top_k
+    return 4 * (ints + ints % 2) + 8 * (1 << (top_k - 1).bit_length())
 
 
 def rows_per_thread(hot_rows: int) -> int:

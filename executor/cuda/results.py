@@ -51,6 +51,7 @@ class CudaResolveResult:
     rows: Any
     plan: DevicePlan
     counters: Any
+    take: Any = None  # int32 [n]: the launch's copy-queue claims (scratch)
     check: Callable[[], None] | None = None
 
     @classmethod
@@ -65,6 +66,7 @@ class CudaResolveResult:
                 copy_pairs=cupy.empty((n, k, 2), dtype=cupy.int32),
             ),
             counters=cupy.empty((n, 3), dtype=cupy.int32),
+            take=cupy.empty(n, dtype=cupy.int32),
         )
 
     def host(self) -> ResolveResult:
