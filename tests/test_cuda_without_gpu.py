@@ -142,6 +142,7 @@ def test_kernel_layout_constants_come_from_kernels_py(
         kernels.compile_kernels.cache_clear()
     (options,) = seen
     assert f"-DHS_WS_INTS={WS_INTS}" in options and "-DHS_IPT=2" in options
+    assert f"-DSORT_MIN_BATCH={kernels.SORT_MIN_BATCH}" in options
     for name, value in CONTROL.items():
         assert f"-D{name}={value}" in options
     source = (Path(kernels.__file__).parent / "kernels.cu").read_text()

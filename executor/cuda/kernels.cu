@@ -67,8 +67,11 @@ static_assert(BCAST >= 66 && WS_INTS % 2 == 0, "scan scratch is 33 long longs");
 #ifndef HS_COPY_QUEUE
 #define HS_COPY_QUEUE 1          // big runs' copies go through the entry-major chunk queue
 #endif
-#ifndef HS_SORT_COPIES
-#define HS_SORT_COPIES 1         // copy an entry's misses in host-address order
+// SORT_MIN_BATCH (from kernels.py): a big entry's misses are copied in host-address order
+// in launches of at least this many entries, where the copy is PCIe-bound and the sort's
+// few microseconds before the plan is published are hidden; a large value turns it off.
+#ifndef SORT_MIN_BATCH
+#error "SORT_MIN_BATCH must be passed by kernels.py"
 #endif
 
 __device__ __forceinline__ int warp_inclusive_scan(int v) {
@@ -363,72 +366,89 @@ __device__ bool await_plan(const i64* ready, int s, i64 step, i64* ctrl,
 // scans 32 entries per step: padding, small or exhausted entries are skipped, the first
 // unpublished one is waited for. A block waits only for entries <= lim, whose runs were
 // decided by blocks with earlier tickets (running), so the queue cannot deadlock.
-#define QUEUE_CHUNK (2 * (int)blockDim.x)
+#ifndef HS_QUEUE_ROUNDS
+#define HS_QUEUE_ROUNDS 2        // a queue chunk: this many vectors per thread of a block
+#endif
+#define QUEUE_CHUNK (HS_QUEUE_ROUNDS * (int)blockDim.x)
+
+// Warp 0: claim the next chunk at or after entry x (<= lim). Returns the entry in
+// *got_x (lim + 1: none left, or a wait expired) and the chunk index in *got_c.
+__device__ void claim_chunk(int x, int lim, const int* slots, const i64* ready, i64 step,
+                            const int* plan_count, int* take, i64* ctrl,
+                            volatile i64* host_status, int rv, int* got_x, int* got_c) {
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x;
+    int cur = 0;
+    if (lane == 0) {
+        const i64 f = load_volatile(ctrl + CTRL_FRONT);
+        cur = x > f ? x : (int)f;
+    }
+    cur = __shfl_sync(full, cur, 0);
+    *got_x = lim + 1;
+    *got_c = -1;
+    while (cur <= lim) {
+        const int y = cur + lane;
+        int state = 0, total = 0;  // 0 nothing to copy, 1 not yet published, 2 work
+        if (y <= lim) {
+            const int s = slots[y];
+            if (s >= 0) {
+                if (load_volatile(ready + s) != step) {
+                    state = 1;
+                } else {
+                    total = __ldcg(plan_count + y) * rv;
+                    const int t = __ldcg(take + y);
+                    state = (t >= 0 && (i64)t * QUEUE_CHUNK < total) ? 2 : 0;
+                }
+            }
+        }
+        const unsigned pending = __ballot_sync(full, state != 0);
+        if (pending == 0) { cur += 32; continue; }
+        const int first = __ffs(pending) - 1;
+        const int fs = __shfl_sync(full, state, first);
+        if (lane == 0 && first > 0)  // entries before cur + first are done
+            atomicMax((long long*)(ctrl + CTRL_FRONT), (long long)(cur + first));
+        if (fs == 1) {
+            int ok = 1;
+            if (lane == 0) ok = await_plan(ready, slots[cur + first], step, ctrl, host_status);
+            if (!__shfl_sync(full, ok, 0)) return;
+            cur += first;
+            continue;
+        }
+        int c = 0;
+        if (lane == first) c = atomicAdd(take + y, 1);
+        c = __shfl_sync(full, c, first);
+        const int tot = __shfl_sync(full, total, first);
+        if ((i64)c * QUEUE_CHUNK < tot) { *got_x = cur + first; *got_c = c; return; }
+        cur += first;  // exhausted meanwhile: it reads as done next time
+    }
+}
+
+// The whole block: claim and copy chunks until none is left at or below entry lim.
+// Warp 0 claims the next chunk before it copies its part of the current one, so the
+// claim's round trips overlap the other warps' copies.
 __device__ void copy_queue(int lim, const int* slots, const i64* ready, i64 step,
                            const int* plan_count, int* take, i64* ctrl,
                            volatile i64* host_status, const int* copy_plan, int K, int rv,
                            const uint4* __restrict__ host_pool, uint4* __restrict__ device_pool,
                            int* ws) {
-    const unsigned full = 0xffffffffu;
-    int x = 0;
+    int* next = ws + BCAST;  // [2]: the claimed (entry, chunk)
+    if (threadIdx.x < 32)
+        claim_chunk(0, lim, slots, ready, step, plan_count, take, ctrl, host_status, rv,
+                    next, next + 1);
+    __syncthreads();
     for (;;) {
-        if (threadIdx.x < 32) {
-            const int lane = threadIdx.x;
-            int cur = 0;
-            if (lane == 0) {
-                const i64 f = load_volatile(ctrl + CTRL_FRONT);
-                cur = x > f ? x : (int)f;
-            }
-            cur = __shfl_sync(full, cur, 0);
-            int got_x = lim + 1, got_c = -1;
-            while (cur <= lim) {
-                const int y = cur + lane;
-                int state = 0, total = 0;  // 0 nothing to copy, 1 not yet published, 2 work
-                if (y <= lim) {
-                    const int s = slots[y];
-                    if (s >= 0) {
-                        if (load_volatile(ready + s) != step) {
-                            state = 1;
-                        } else {
-                            total = __ldcg(plan_count + y) * rv;
-                            const int t = __ldcg(take + y);
-                            state = (t >= 0 && (i64)t * QUEUE_CHUNK < total) ? 2 : 0;
-                        }
-                    }
-                }
-                const unsigned pending = __ballot_sync(full, state != 0);
-                if (pending == 0) { cur += 32; continue; }
-                const int first = __ffs(pending) - 1;
-                const int fs = __shfl_sync(full, state, first);
-                if (lane == 0 && first > 0)  // entries before cur + first are done
-                    atomicMax((long long*)(ctrl + CTRL_FRONT), (long long)(cur + first));
-                if (fs == 1) {
-                    int ok = 1;
-                    if (lane == 0)
-                        ok = await_plan(ready, slots[cur + first], step, ctrl, host_status);
-                    if (!__shfl_sync(full, ok, 0)) break;
-                    cur += first;
-                    continue;
-                }
-                int c = 0;
-                if (lane == first) c = atomicAdd(take + y, 1);
-                c = __shfl_sync(full, c, first);
-                const int tot = __shfl_sync(full, total, first);
-                if ((i64)c * QUEUE_CHUNK < tot) { got_x = cur + first; got_c = c; break; }
-                cur += first;  // exhausted meanwhile: it reads as done next time
-            }
-            if (lane == 0) { ws[BCAST] = got_x; ws[BCAST + 1] = got_c; }
-        }
-        __syncthreads();
-        const int gx = ws[BCAST], gc = ws[BCAST + 1];
-        __syncthreads();
+        const int gx = next[0], gc = next[1];
+        __syncthreads();  // every thread has read the claim before warp 0 replaces it
         if (gx > lim || gc < 0) return;
+        if (threadIdx.x < 32)
+            claim_chunk(gx, lim, slots, ready, step, plan_count, take, ctrl, host_status,
+                        rv, next, next + 1);
         const int total = __ldcg(plan_count + gx) * rv;
         const int lo = gc * QUEUE_CHUNK;
         const int hi = total < lo + QUEUE_CHUNK ? total : lo + QUEUE_CHUNK;
         copy_range((const int2*)(copy_plan + (i64)gx * K * 2), lo, hi, rv, host_pool,
                    device_pool, threadIdx.x, blockDim.x);
-        x = gx;
+        __syncthreads();  // the next claim is in shared memory
     }
 }
 
@@ -653,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                 PROF(3);
                 filled = m < n_cand ? m : n_cand;  // shape checks make m <= n_cand
                 int hr[HS_IPT], vj[HS_IPT], old[HS_IPT];
-                const bool sorted = HS_SORT_COPIES && !small_copy(filled, rv);
+                const bool sorted = n >= SORT_MIN_BATCH && !small_copy(filled, rv);
                 int r = rank;
 #pragma unroll
                 for (int c = 0; c < HS_IPT; ++c) {

@@ -51,6 +51,10 @@ CONTROL = {
 }
 """What kernels.cu is compiled with (``-D``): the one definition of the layout above."""
 
+SORT_MIN_BATCH = 32
+"""Launches of at least this many entries copy each big entry's misses in host-row order
+(passed to kernels.cu); below it the sort would lengthen a short, latency-bound launch."""
+
 
 def resolve_smem_bytes(hot_rows: int, top_k: int) -> int:
     """Dynamic shared memory of ``hisparse_resolve``; mirrors the layout in kernels.cu:
@@ -132,10 +136,13 @@ def compile_kernels(device_id: int, defines: tuple[str, ...] = ()) -> Kernels:
     """
     cupy = load_cupy()
     source = resources.files("hisparse.executor.cuda").joinpath("kernels.cu").read_text()
+    # a tuning build may set its own sort threshold (hisparse bench resolver)
+    own = any(d.startswith("-DSORT_MIN_BATCH=") for d in defines)
+    sort = () if own else (f"-DSORT_MIN_BATCH={SORT_MIN_BATCH}",)
     with cupy.cuda.Device(device_id):
         module = cupy.RawModule(
             code=source,
-            options=("-std=c++17", f"-DHS_WS_INTS={WS_INTS}",
+            options=("-std=c++17", f"-DHS_WS_INTS={WS_INTS}", *sort,
                      *(f"-D{name}={value}" for name, value in CONTROL.items()), *defines),
         )
         return Kernels(

@@ -10,8 +10,8 @@ For each batch size and miss rate, from the same primed hot state and the same i
   and tags as the fused kernel;
 - ``gather_sorted``: the same gather with the step's rows in host-address order (every
   entry's copies sorted together): the ceiling of address locality;
-- ``fused_unsorted``: the fused kernel built with ``-DHS_SORT_COPIES=0`` (each entry's
-  misses copied in plan order instead of host-row order), at miss-heavy shapes;
+- ``fused_unsorted``: the fused kernel built never to sort (each entry's misses copied in
+  plan order instead of host-row order), at the miss-heavy shapes where it would sort;
 - ``bulk_h2d``: one large pinned host-to-device copy, the PCIe ceiling.
 
 Host rows are placed per ``placements``: ``random`` (anywhere in a pool of at least 2M
@@ -36,7 +36,7 @@ import numpy as np
 from hisparse.bench.gpu import GpuTimer, environment
 from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
 from hisparse.executor.cuda.backend import load_cupy
-from hisparse.executor.cuda.kernels import compile_kernels
+from hisparse.executor.cuda.kernels import SORT_MIN_BATCH, compile_kernels
 from hisparse.executor.layout import PoolSpec
 
 VARIANTS = 8  # distinct host-row sets cycled through the repetitions
@@ -201,7 +201,7 @@ def run(
     assert shape_ is not None
     plain_kernel = ex.resolvers[shape_]
     unsorted = compile_kernels(
-        ex.device_id, (*ex.defines(hot_rows), "-DHS_SORT_COPIES=0")).resolve
+        ex.device_id, (*ex.defines(hot_rows), f"-DSORT_MIN_BATCH={1 << 30}")).resolve
     unsorted.max_dynamic_shared_size_bytes = shape_.smem
     timer = GpuTimer(flush=flush_l2)
     rv = row_bytes // 16
@@ -280,7 +280,7 @@ def run(
                 "gather_sorted_us": ordered["median_us"],
                 "gather_sorted_GBps": miss_bytes / ordered["median_us"] / 1e3,
             }
-            if misses * (row_bytes // 16) > 4 * 1024:  # entries big enough to be sorted
+            if b >= SORT_MIN_BATCH and misses * (row_bytes // 16) > 4 * 1024:  # sorted
                 ex.resolvers[shape_] = unsorted
                 try:
                     plain = timer.time(fused_launch, reps=reps, before=restore)
