@@ -182,6 +182,7 @@ class CudaExecutor:
         produced = cupy.cuda.Event(block=False, disable_timing=True)
         produced.record(self.stream)
         pairs = np.array([(d, s) for _, s, d in checked], dtype=np.int32)  # (dst, src)
+        pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]  # write host memory in order
         bv = spec.block_tokens * spec.row_bytes // 16
         with self.spill_stream:
             self.spill_stream.wait_event(produced)
