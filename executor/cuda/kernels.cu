@@ -360,21 +360,25 @@ __device__ bool await_plan(const i64* ready, int s, i64 step, i64* ctrl,
 
 // The entry-major copy queue. The misses of big runs (those not small_copy) are copied
 // in chunks of QUEUE_CHUNK vectors, claimed through take[e], lowest entry first, by every
-// block that has nothing else to do: so the blocks of a launch work on a few entries at
-// a time, as a plain gather does, instead of one entry each (reading as many host
-// windows at once as there are blocks costs address translation, not bandwidth). Warp 0
+// block that has nothing else to do: every SM copies until the step's copies are done,
+// as a plain gather does, instead of each block copying its own entry (which leaves
+// SMs idle behind the biggest entries, and in waves when entries outnumber SMs). Warp 0
 // scans 32 entries per step: padding, small or exhausted entries are skipped, the first
 // unpublished one is waited for. A block waits only for entries <= lim, whose runs were
-// decided by blocks with earlier tickets (running), so the queue cannot deadlock.
+// decided by blocks with earlier tickets, and for entries whose run's ticket has been
+// drawn (running blocks that publish before they wait): the queue cannot deadlock, and
+// a block that finds nothing it may wait for exits, freeing its SM for later tickets.
 #ifndef HS_QUEUE_ROUNDS
 #define HS_QUEUE_ROUNDS 2        // a queue chunk: this many vectors per thread of a block
 #endif
 #define QUEUE_CHUNK (HS_QUEUE_ROUNDS * (int)blockDim.x)
 
-// Warp 0: claim the next chunk at or after entry x (<= lim). Returns the entry in
-// *got_x (lim + 1: none left, or a wait expired) and the chunk index in *got_c.
-__device__ void claim_chunk(int x, int lim, const int* slots, const i64* ready, i64 step,
-                            const int* plan_count, int* take, i64* ctrl,
+// Warp 0: claim the next chunk at or after entry x. The block may wait for entries up
+// to lim (its own run) and any entry below the tickets drawn so far (its run's deciding
+// block is running). Returns the entry in *got_x (past the limit: none left, or a wait
+// expired) and the chunk index in *got_c.
+__device__ void claim_chunk(int x, int lim, int n, const int* slots, const i64* ready,
+                            i64 step, const int* plan_count, int* take, i64* ctrl,
                             volatile i64* host_status, int rv, int* got_x, int* got_c) {
     const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x;
@@ -382,8 +386,12 @@ __device__ void claim_chunk(int x, int lim, const int* slots, const i64* ready, 
     if (lane == 0) {
         const i64 f = load_volatile(ctrl + CTRL_FRONT);
         cur = x > f ? x : (int)f;
+        const i64 drawn = load_volatile(ctrl + CTRL_TICKETS);
+        const i64 started = (drawn < n ? drawn : n) - 1;
+        if (started > lim) lim = (int)started;
     }
     cur = __shfl_sync(full, cur, 0);
+    lim = __shfl_sync(full, lim, 0);
     *got_x = lim + 1;
     *got_c = -1;
     while (cur <= lim) {
@@ -426,22 +434,22 @@ __device__ void claim_chunk(int x, int lim, const int* slots, const i64* ready, 
 // The whole block: claim and copy chunks until none is left at or below entry lim.
 // Warp 0 claims the next chunk before it copies its part of the current one, so the
 // claim's round trips overlap the other warps' copies.
-__device__ void copy_queue(int lim, const int* slots, const i64* ready, i64 step,
+__device__ void copy_queue(int lim, int n, const int* slots, const i64* ready, i64 step,
                            const int* plan_count, int* take, i64* ctrl,
                            volatile i64* host_status, const int* copy_plan, int K, int rv,
                            const uint4* __restrict__ host_pool, uint4* __restrict__ device_pool,
                            int* ws) {
     int* next = ws + BCAST;  // [2]: the claimed (entry, chunk)
     if (threadIdx.x < 32)
-        claim_chunk(0, lim, slots, ready, step, plan_count, take, ctrl, host_status, rv,
+        claim_chunk(0, lim, n, slots, ready, step, plan_count, take, ctrl, host_status, rv,
                     next, next + 1);
     __syncthreads();
     for (;;) {
         const int gx = next[0], gc = next[1];
         __syncthreads();  // every thread has read the claim before warp 0 replaces it
-        if (gx > lim || gc < 0) return;
+        if (gc < 0) return;
         if (threadIdx.x < 32)
-            claim_chunk(gx, lim, slots, ready, step, plan_count, take, ctrl, host_status,
+            claim_chunk(gx, lim, n, slots, ready, step, plan_count, take, ctrl, host_status,
                         rv, next, next + 1);
         const int total = __ldcg(plan_count + gx) * rv;
         const int lo = gc * QUEUE_CHUNK;
@@ -534,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
         }
         __syncthreads();
         if (ws[BCAST])
-            copy_queue(n - 1, slots, ready, step, plan_count, take, ctrl, host_status,
+            copy_queue(n - 1, n, slots, ready, step, plan_count, take, ctrl, host_status,
                        copy_plan, K, rv, host_pool, device_pool, ws);
 #else
         const int h = ticket - n;
@@ -790,7 +798,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                 for (int u = 0; u < 4; ++u)
                     if (to[u] >= 0) device_pool[to[u]] = buf[u];
             } else if (queued) {
-                copy_queue(e1 - 1, slots, ready, step, plan_count, take, ctrl, host_status,
+                copy_queue(e1 - 1, n, slots, ready, step, plan_count, take, ctrl, host_status,
                            copy_plan, K, rv, host_pool, device_pool, ws);
             } else {
                 int parts = 1;
