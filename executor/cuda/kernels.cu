@@ -268,9 +268,15 @@ __device__ void report(int code, i64* ctrl, volatile i64* host_status) {
 // so the conflict is refused until the host recovers the pools, and never waited on.
 __device__ int claim(i64* ctrl, i64 step) {
     unsigned long long* w = (unsigned long long*)ctrl;
-    if (step <= *((volatile i64*)(ctrl + CTRL_LAST_STEP))) return -REFUSE_STALE;
     const unsigned long long mine = OWNED | ((unsigned long long)step & STEP_BITS);
+    // The step check and the claim fly together (one round trip less per block); a
+    // stale block that took the idle word gives it back, so the pools stay idle.
+    const i64 last = *((volatile i64*)(ctrl + CTRL_LAST_STEP));
     const unsigned long long old = atomicCAS(w + CTRL_OWNER, 0ull, mine);
+    if (step <= last) {
+        if (old == 0ull) atomicCAS(w + CTRL_OWNER, mine, 0ull);
+        return -REFUSE_STALE;
+    }
     if (old != 0ull && (old & ~POISON) != mine) {
         atomicOr(w + CTRL_OWNER, POISON);
         return -REFUSE_CONFLICT;
