@@ -64,9 +64,6 @@ static_assert(BCAST >= 66 && WS_INTS % 2 == 0, "scan scratch is 33 long longs");
 #ifndef HS_WAIT_NS
 #define HS_WAIT_NS 60000000000ll // a helper's wait for a published plan, at most (60 s)
 #endif
-#ifndef HS_COPY_QUEUE
-#define HS_COPY_QUEUE 1          // big runs' copies go through the entry-major chunk queue
-#endif
 // SORT_MIN_BATCH (from kernels.py): a big entry's misses are copied in host-address order
 // in launches of at least this many entries, where the copy is PCIe-bound and the sort's
 // few microseconds before the plan is published are hidden; a large value turns it off.
@@ -199,50 +196,18 @@ __device__ __forceinline__ bool is_head(const int* slots, int e) {
     return s >= 0 && (e == 0 || slots[e - 1] != s);
 }
 
-// The copy work of run heads is split between the head's block (part 0) and helper
-// blocks (parts 1..): helper h serves head rank h % heads. One pass over the slots
-// returns the number of heads and, through *which, either the entry of the head helper
-// h serves (h >= 0) or the rank of head entry e (h < 0); 0 heads leaves *which unset.
-__device__ int heads_info(const int* slots, int n, int h, int e, int* which, int* ws) {
-    int mine = 0;
-    const int per = (n + blockDim.x - 1) / blockDim.x;
-    const int lo = threadIdx.x * per;
-    for (int c = 0; c < per; ++c)
-        if (lo + c < n && is_head(slots, lo + c)) ++mine;
-    int heads;
-    int before = block_exclusive_scan(mine, ws, &heads);
-    if (heads == 0) return 0;
-    const int rank = h >= 0 ? h % heads : -1;
-    for (int c = 0; c < per; ++c) {
-        const int x = lo + c;
-        if (x < n && is_head(slots, x)) {
-            if (rank >= 0 && before == rank) ws[BCAST] = x;
-            if (rank < 0 && x == e) ws[BCAST] = before;
-            ++before;
-        }
-    }
-    __syncthreads();
-    *which = ws[BCAST];
-    __syncthreads();
-    return heads;
-}
-
 // A run whose copies fit one round of one block (four 16-byte vectors per thread) is
-// copied by its head alone; head and helpers apply the same rule to the same count.
+// copied by its head alone; bigger runs go through the copy queue.
 __device__ __forceinline__ bool small_copy(int misses, int rv) {
     return (i64)misses * rv <= 4 * (i64)blockDim.x;
 }
 
-// Copy this block's share (part `part` of `parts`) of a run's miss plan.
-__device__ void copy_share(const int* plan, const int* plan_count, int e0, int e1, int K,
-                           int rv, int part, int parts, const uint4* host_pool,
-                           uint4* device_pool) {
-    for (int e = e0; e < e1; ++e) {
-        const int total = __ldcg(plan_count + e) * rv;
-        copy_range((const int2*)(plan + (i64)e * K * 2), (int)((i64)total * part / parts),
-                   (int)((i64)total * (part + 1) / parts), rv, host_pool, device_pool,
-                   threadIdx.x, blockDim.x);
-    }
+// Copy a (small) run's whole miss plan with this block.
+__device__ void copy_run(const int* plan, const int* plan_count, int e0, int e1, int K,
+                         int rv, const uint4* host_pool, uint4* device_pool) {
+    for (int e = e0; e < e1; ++e)
+        copy_range((const int2*)(plan + (i64)e * K * 2), 0, __ldcg(plan_count + e) * rv, rv,
+                   host_pool, device_pool, threadIdx.x, blockDim.x);
 }
 
 __device__ __forceinline__ int load_cg(const int* p) { return __ldcg(p); }
@@ -398,8 +363,7 @@ __device__ void claim_chunk(int x, int lim, int n, const int* slots, const i64* 
     }
     cur = __shfl_sync(full, cur, 0);
     lim = __shfl_sync(full, lim, 0);
-    *got_x = lim + 1;
-    *got_c = -1;
+    int gx = lim + 1, gc = -1;
     while (cur <= lim) {
         const int y = cur + lane;
         int state = 0, total = 0;  // 0 nothing to copy, 1 not yet published, 2 work
@@ -424,7 +388,7 @@ __device__ void claim_chunk(int x, int lim, int n, const int* slots, const i64* 
         if (fs == 1) {
             int ok = 1;
             if (lane == 0) ok = await_plan(ready, slots[cur + first], step, ctrl, host_status);
-            if (!__shfl_sync(full, ok, 0)) return;
+            if (!__shfl_sync(full, ok, 0)) break;
             cur += first;
             continue;
         }
@@ -432,9 +396,10 @@ __device__ void claim_chunk(int x, int lim, int n, const int* slots, const i64* 
         if (lane == first) c = atomicAdd(take + y, 1);
         c = __shfl_sync(full, c, first);
         const int tot = __shfl_sync(full, total, first);
-        if ((i64)c * QUEUE_CHUNK < tot) { *got_x = cur + first; *got_c = c; return; }
+        if ((i64)c * QUEUE_CHUNK < tot) { gx = cur + first; gc = c; break; }
         cur += first;  // exhausted meanwhile: it reads as done next time
     }
+    if (lane == 0) { *got_x = gx; *got_c = gc; }
 }
 
 // The whole block: claim and copy chunks until none is left at or below entry lim.
@@ -526,10 +491,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
         refuse(-ticket, ctrl, host_status, n, K, rows, plan_count, counters);
         return;
     }
-    const int helpers = gridDim.x - n;
 
     if (ticket >= n) {  // a copy helper
-#if HS_COPY_QUEUE
         // Copies of big runs, if any: wait until one is published or every run is.
         const int heads = count_heads(slots, n, ws);
         if (tid == 0) {
@@ -547,45 +510,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             ws[BCAST] = work;
         }
         __syncthreads();
-        if (ws[BCAST])
+        const bool work = ws[BCAST];
+        __syncthreads();  // read before copy_queue reuses the slot
+        if (work)
             copy_queue(n - 1, n, slots, ready, step, plan_count, take, ctrl, host_status,
                        copy_plan, K, rv, host_pool, device_pool, ws);
-#else
-        const int h = ticket - n;
-        int head;
-        const int heads = heads_info(slots, n, h, -1, &head, ws);
-        if (heads > 0) {  // uniform across the block: every thread saw the same total
-            const int rank = h % heads;
-            const int s = slots[head];
-            int e1 = head + 1;
-            while (e1 < n && slots[e1] == s) ++e1;
-            const int parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
-            if (tid == 0) {
-                // The head's block drew an earlier ticket, so it is running: the wait
-                // ends. The bound only turns a broken invariant into an error, not a hang.
-                volatile i64* flag = ready + s;
-                const unsigned long long t0 = global_ns();
-                int misses = -1;
-                while (*flag != step) {
-                    if (global_ns() - t0 > (unsigned long long)HS_WAIT_NS) break;
-                    __nanosleep(100);
-                }
-                if (*flag == step) {
-                    __threadfence();
-                    misses = 0;
-                    for (int e = head; e < e1; ++e) misses += __ldcg(plan_count + e);
-                } else {
-                    report(REFUSE_TIMEOUT, ctrl, host_status);
-                }
-                ws[BCAST] = misses;
-            }
-            __syncthreads();
-            const int misses = ws[BCAST];
-            if (misses >= 0 && !small_copy(misses, rv))  // a small run: its head alone
-                copy_share(copy_plan, plan_count, head, e1, K, rv, 1 + h / heads, parts,
-                           host_pool, device_pool);
-        }
-#endif
     } else if (is_head(slots, ticket) || slots[ticket] < 0) {
         const int e0 = ticket;
         const int s = slots[e0];
@@ -745,7 +674,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
         }
 
         // The run's plan is complete: its writers fence, then other blocks may copy.
-        const bool queued = HS_COPY_QUEUE && !small_copy(run_misses, rv);
+        const bool queued = !small_copy(run_misses, rv);
         if (s >= 0) {
             for (int e = e0 + tid; e < e1; e += blockDim.x) take[e] = queued ? 0 : -1;
             if (run_misses > 0 || tid < e1 - e0 || tid == 0) __threadfence();
@@ -806,15 +735,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             } else if (queued) {
                 copy_queue(e1 - 1, n, slots, ready, step, plan_count, take, ctrl, host_status,
                            copy_plan, K, rv, host_pool, device_pool, ws);
-            } else {
-                int parts = 1;
-                if (helpers > 0 && !small_copy(run_misses, rv)) {
-                    int rank;
-                    const int heads = heads_info(slots, n, -1, e0, &rank, ws);
-                    parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
-                }
-                copy_share(copy_plan, plan_count, e0, e1, K, rv, 0, parts, host_pool,
-                           device_pool);
+            } else {  // a small run of several entries: its head alone
+                copy_run(copy_plan, plan_count, e0, e1, K, rv, host_pool, device_pool);
             }
             PROF(7);
         }
