@@ -509,12 +509,13 @@ def test_concurrent_launches_on_one_cache_are_refused() -> None:
 
 
 def test_unfinished_launch_is_refused_until_recover() -> None:
-    """Control words left as by a launch that stopped after three blocks took tickets:
-    the next launch neither hangs nor decides anything; every later one refuses on the
-    host until recover()."""
+    """Control words left as by a launch that stopped after three blocks took tickets and
+    its copy queue passed two entries: the next launch neither hangs nor decides
+    anything; every later one refuses on the host until recover(), after which every
+    entry's copies land again (the queue starts from entry 0)."""
     import cupy
 
-    from hisparse.executor.cuda.kernels import CTRL_DONE, CTRL_OWNER, CTRL_TICKETS
+    from hisparse.executor.cuda.kernels import CTRL_DONE, CTRL_FRONT, CTRL_OWNER, CTRL_TICKETS
 
     spec, _, batches = _graph_case()
     pair = Pair(spec, 256, 1, 1500)
@@ -524,6 +525,7 @@ def test_unfinished_launch_is_refused_until_recover() -> None:
         pools.ctrl[CTRL_OWNER] = (1 << 62) | 7  # owned by a launch of step 7
         pools.ctrl[CTRL_TICKETS] = 3
         pools.ctrl[CTRL_DONE] = 1
+        pools.ctrl[CTRL_FRONT] = 2  # its copy queue had moved past entries 0 and 1
     before = pair.cuda.snapshot(pools)
     res = pair.cuda.resolve(pools, batches[1])
     with pytest.raises(LaunchConflict):

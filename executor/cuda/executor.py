@@ -26,9 +26,7 @@ from hisparse.executor.base import ResolveBatch, Spill
 from hisparse.executor.cuda.backend import load_cupy
 from hisparse.executor.cuda.kernels import (
     COPY_THREADS,
-    CTRL_DONE,
-    CTRL_OWNER,
-    CTRL_TICKETS,
+    LAUNCH_WORDS,
     RESOLVE_THREADS,
     ResolverShape,
     compile_kernels,
@@ -137,7 +135,7 @@ class CudaExecutor:
             raise BadBatch("a follower's pools have no launch state to recover")
         self.stream.synchronize()
         with self.stream:
-            for word in (CTRL_OWNER, CTRL_TICKETS, CTRL_DONE):
+            for word in LAUNCH_WORDS:
                 pools.ctrl[word] = 0
             for slot in range(pools.spec.slots):
                 self.reset_slot(pools, slot)

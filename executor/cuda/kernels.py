@@ -37,6 +37,9 @@ word, step of the last completed launch, tickets, blocks done, the copy queue's 
 runs published and big runs published (all but the step reset by a launch's last
 block); refused blocks of code ``c`` are counted at ``CTRL_REFUSED + c``."""
 
+LAUNCH_WORDS = (CTRL_OWNER, CTRL_TICKETS, CTRL_DONE, CTRL_FRONT, CTRL_PUBLISHED, CTRL_BIG)
+"""The words a launch's last block resets (all but the step and the refusal counts)."""
+
 REFUSE_STALE, REFUSE_CONFLICT, REFUSE_TIMEOUT = 1, 2, 3
 """Refusal codes; also the index of each count in the mapped host status words."""
 
