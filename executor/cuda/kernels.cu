@@ -4,8 +4,9 @@
 // The resolver follows docs/resolver.md rule for rule; hisparse.executor.resolver.decide
 // is the oracle it is tested against bit for bit. One thread block decides one slot's
 // run of consecutive entries (speculative steps), so the slot's LRU state is private to
-// that block for the launch; idle blocks only help copy missing rows once a run's plan
-// is published. No host round trip anywhere.
+// that block for the launch; a big run's copies are drained by every block with
+// nothing else to do (the copy queue), once the run's plan is published. One launch at
+// a time owns a cache's pools (claim / release below). No host round trip anywhere.
 //
 // Per-slot state in global memory: hot_tag / hot_stamp (int64 [slots, H], the public
 // LRU state) and two indexes derived from them, kept in step by the kernel:
