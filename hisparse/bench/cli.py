@@ -79,6 +79,16 @@ def _coordinator(args: argparse.Namespace) -> dict[str, Any]:
 # -- resolver (GPU) -------------------------------------------------------------------
 
 
+def _placements(text: str) -> tuple[str, ...]:
+    from hisparse.bench.resolver import PLACEMENTS
+
+    names = tuple(t.strip() for t in text.split(","))
+    for name in names:
+        if name not in PLACEMENTS:
+            raise argparse.ArgumentTypeError(f"placement must be one of {PLACEMENTS}, got {name!r}")
+    return names
+
+
 def _resolver_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reps", type=positive_int, default=100, help="timed repetitions")
     p.add_argument("--batches", type=csv_of(positive_int), default=(1, 10, 100, 256),
@@ -88,7 +98,7 @@ def _resolver_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-torch", action="store_true", help="skip the unfused torch baseline")
     p.add_argument("--no-flush", action="store_true",
                    help="do not flush L2 between repetitions (warm caches)")
-    p.add_argument("--placements", type=lambda t: tuple(t.split(",")), default=("random",),
+    p.add_argument("--placements", type=_placements, default=("random",),
                    help="host-row placements, comma-separated: random, request, interleaved")
     p.add_argument("--context", type=positive_int, default=32768,
                    help="tokens of each request's context (request / interleaved placement)")
