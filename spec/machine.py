@@ -237,7 +237,7 @@ class ProtocolMachine:
         m = self.hit_len(r)
         if hosts is None:
             hosts = [min(s.prefix[keys[i]]) for i in range(m)] if m else []
-        if hosts or m:  # (no comprehension frames for the common no-hit case)
+        if m or len(hosts):  # (no comprehension frames for the common no-hit case)
             hosts = [HostBlock(x) for x in hosts]
             if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
                 raise ActionNotEnabled(
