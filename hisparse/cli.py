@@ -337,6 +337,10 @@ def _register_simulate(sub: SubParsers) -> None:
     w.add_argument("--abort-rate", type=probability, default=None,
                    help="chance per step that a running request is aborted (default: "
                    f"{d.abort_rate} synthetic, 0 mooncake: the trace has no aborts)")
+    w.add_argument("--worker-restarts", type=nonneg_int, default=d.worker_restarts,
+                   metavar="K", help="lose the worker K times at seeded steps (restart, "
+                   "and maybe that step's connector metadata); recovery through the "
+                   "public API, invariants still checked (default: 0, none)")
     z = p.add_argument_group("sizes")
     z.add_argument("--gpu-blocks", type=positive_int, default=d.gpu_blocks,
                    help="GPU KV blocks in the pool")
@@ -401,6 +405,7 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
         layers=args.layers, concurrency=args.max_running, speculative=args.speculative,
         executor=args.executor, check=not args.no_check, trace=args.trace,
+        worker_restarts=args.worker_restarts,
     )
 
 

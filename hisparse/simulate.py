@@ -25,7 +25,7 @@ from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.spec.errors import InvariantViolation
-from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META
+from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
 from hisparse.worker import DecodeResult, HiSparseWorker
 from hisparse.workload import (
     Arrival,
@@ -67,6 +67,9 @@ class SimulateOptions:
     abort_rate: float = 0.03
     concurrency: int = 12  # most requests running (decoding) at once
     speculative: int = 0  # extra verification steps resolved per request per decode
+    # worker losses (restarts), at seeded steps before the last arrival; each maybe
+    # also loses that step's connector metadata. 0: none (the run is as without it)
+    worker_restarts: int = 0
     check: bool = True
     trace: Path | None = None
     executor: str = "reference"  # or "cuda"
@@ -147,6 +150,9 @@ class SimulateReport:
     invariant_checks: int = 0  # protocol actions after which every invariant was checked
     violations: int = 0
     data_mismatches: int = 0
+    worker_restarts: int = 0  # worker losses recovered (--worker-restarts)
+    metas_lost: int = 0  # of those: the step's connector metadata never reached the worker
+    open_at_loss: int = 0  # transfers open when the worker was lost (summed over losses)
     trace_steps: int | None = None  # only with --trace
     sizes: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in SERIES})
@@ -221,6 +227,19 @@ class Simulation:
             host_blocks=self.config.host_blocks, sizes=self.sizes(),
         )
         self._t = 0
+        self._losses = self._loss_steps()
+        # its own generator, so a run without losses draws exactly as before
+        self._loss_rng = random.Random(f"worker-loss-{opts.seed}")
+
+    def _loss_steps(self) -> set[int]:
+        """The steps at which the worker is lost: seeded, spread over the arrivals."""
+        k = self.o.worker_restarts
+        if k <= 0:
+            return set()
+        last = max((a.step for a in self.arrivals), default=0)
+        horizon = range(1, max(2, min(self.o.steps, last + 1)))
+        rng = random.Random(f"worker-loss-steps-{self.o.seed}")
+        return set(rng.sample(horizon, min(k, len(horizon))))
 
     def sizes(self) -> dict[str, Any]:
         """What the run was sized as (printed first)."""
@@ -234,6 +253,7 @@ class Simulation:
             "layers": o.layers, "index_leaders": list(c.leaders), "max_running": o.concurrency,
             "hot_rows": c.hot, "speculative": o.speculative, "executor": o.executor,
             "seed": o.seed, "abort_rate": o.abort_rate, "check": o.check,
+            **({"worker_restarts": o.worker_restarts} if o.worker_restarts else {}),
         }
 
     # -- workload -------------------------------------------------------------
@@ -356,10 +376,12 @@ class Simulation:
         rep, before_spills, before_d2h = self.report, self.coordinator.spills, self.worker.d2h_bytes
         self._schedule()
         meta = self.sched.build_connector_meta()
-        if meta is not None:  # over the process boundary as bytes, validated once
-            if self.metrics is not None:
-                self.metrics.on_connector_meta(meta, t)
-            self.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+        if t in self._losses and self._loss_rng.random() < 0.5:
+            meta = None  # this step's metadata is lost with the worker
+            rep.metas_lost += 1
+        self._bind(meta, t)
+        if t in self._losses:
+            self._lose_worker(t)
         topk = {r: self._topk(r) for r in self.running}
         hits = (0, 0, 0, 0)
         if topk:
@@ -393,6 +415,24 @@ class Simulation:
         )
         for name, value in zip(SERIES, row, strict=True):
             rep.series[name].append(int(value))
+
+    def _bind(self, meta: HiSparseConnectorMetadata | None, t: int) -> None:
+        if meta is not None:  # over the process boundary as bytes, validated once
+            if self.metrics is not None:
+                self.metrics.on_connector_meta(meta, t)
+            self.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+
+    def _lose_worker(self, t: int) -> None:
+        """The worker restarts before this step's decode (public API only): its
+        unreported acks are gone, the coordinator recovers from what the stream still
+        copies, and the re-sent block-table entries reach the worker before it reads."""
+        if self.executor.queued():  # some copies land before the loss, some after
+            self.executor.release(self._loss_rng.randint(0, len(self.executor.queued())))
+        self.report.open_at_loss += len(self.coordinator.state.open_spills)
+        busy = self.wconn.restart_worker()
+        self.sched.on_worker_lost(busy)
+        self.report.worker_restarts += 1
+        self._bind(self.sched.build_connector_meta(), t)
 
     def drain(self) -> None:
         """End of run: stop what still runs or waits and let every copy and ack arrive."""

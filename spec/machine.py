@@ -152,12 +152,29 @@ class ProtocolMachine:
         """Write an open transfer, keeping its indexes in step (a closed one leaves them)."""
         s = self.state
         old = s.spill[h]
+        if (
+            old is not None
+            and sp is not None
+            and old.transfer_id == sp.transfer_id
+            and old.page == sp.page
+        ):  # a phase change: every index already says so
+            s.spill[h] = sp
+            return
+        refs = s.req_refs  # (_ref inlined: this runs several times per transfer)
         if old is not None:
-            self._ref(old.page[0], -1)
+            n = refs.get(old.page[0], 0) - 1
+            if n:
+                refs[old.page[0]] = n
+            else:
+                refs.pop(old.page[0], None)
             if sp is None or sp.transfer_id != old.transfer_id:
                 s.transfer_dst.pop(old.transfer_id, None)
         if sp is not None:
-            self._ref(sp.page[0], 1)
+            n = refs.get(sp.page[0], 0) + 1
+            if n:
+                refs[sp.page[0]] = n
+            else:
+                refs.pop(sp.page[0], None)
             s.transfer_dst[sp.transfer_id] = h
             s.open_spills.add(h)
         else:
@@ -196,9 +213,10 @@ class ProtocolMachine:
 
     def check_arrive(self, r: RequestId) -> None:
         """Raise ActionNotEnabled unless r is a declared request that has not arrived."""
-        self._request("Arrive", r)
-        if self.state.req[r] != "new":
-            raise ActionNotEnabled("Arrive", f"request {r!r} is {self.state.req[r]}, not new")
+        st = self.state.req.get(r)
+        if st != "new":
+            self._request("Arrive", r)  # raises for an unknown request
+            raise ActionNotEnabled("Arrive", f"request {r!r} is {st}, not new")
 
     # -- scheduler actions ------------------------------------------------
 
@@ -218,10 +236,13 @@ class ProtocolMachine:
         keys = s.page_keys[r]
         m = self.hit_len(r)
         if hosts is None:
-            hosts = [min(s.prefix[keys[i]]) for i in range(m)]
-        hosts = [HostBlock(x) for x in hosts]
-        if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
-            raise ActionNotEnabled(a, f"hosts {list(hosts)} are not published copies of the hit")
+            hosts = [min(s.prefix[keys[i]]) for i in range(m)] if m else []
+        if m or len(hosts):  # (no comprehension frames for the common no-hit case)
+            hosts = [HostBlock(x) for x in hosts]
+            if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
+                raise ActionNotEnabled(
+                    a, f"hosts {list(hosts)} are not published copies of the hit"
+                )
         need = len(keys) - m
         if blocks is None:  # the lowest free blocks (a scan: tests and drivers only)
             cand = [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is None]
@@ -242,15 +263,21 @@ class ProtocolMachine:
         s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "arrive"))
         for i in range(m):
             self._set_loc((r, i + 1), ("host", hosts[i]))
-        loc = s.loc
-        for j, g in enumerate(blocks):
-            p = (r, m + j + 1)
+        loc, refs, data = s.loc, s.req_refs, s.gpu_data
+        j = m
+        for g in blocks:
+            j += 1
+            p = (r, j)
             if loc[p] is None:  # _set_loc's whole effect when neither side is on the host
                 loc[p] = ("gpu", g)
             else:
                 self._set_loc(p, ("gpu", g))
-            self._own(g, p)
-            s.gpu_data[g] = keys[m + j]
+            if owner[g] is None:  # _own's whole effect on a free block
+                refs[r] = refs.get(r, 0) + 1
+                owner[g] = p
+            else:
+                self._own(g, p)
+            data[g] = keys[j - 1]
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"request": r})
 
@@ -258,7 +285,8 @@ class ProtocolMachine:
         """Pin source and destination leases and send a SparseKVPageTransfer; returns its ID."""
         s, a = self.state, "StartSpill"
         where = self.check_spill(p)
-        self._host(a, h)
+        if not 0 <= h < s.config.host_blocks:
+            self._host(a, h)  # raises
         h = HostBlock(h)
         if s.host_state[h] != "free":
             raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}")
@@ -290,7 +318,8 @@ class ProtocolMachine:
         """The page's part of StartSpill's condition (the host block's is separate):
         returns its resident location, or raises ActionNotEnabled."""
         s, a = self.state, "StartSpill"
-        if not isinstance(p, tuple) or len(p) != 2 or not s.known(p):
+        keys = s.page_keys.get(p[0]) if isinstance(p, tuple) and len(p) == 2 else None
+        if keys is None or not 1 <= p[1] <= len(keys):  # (s.known(p), inlined)
             raise ActionNotEnabled(a, f"unknown page {p!r}")
         if s.req[p[0]] != "running":
             raise ActionNotEnabled(a, f"request {p[0]!r} is {s.req[p[0]]}")
@@ -307,7 +336,7 @@ class ProtocolMachine:
         if not s.up:
             raise ActionNotEnabled(a, "no worker meta to consume")
         meta = s.up[0]
-        enq = self._resolve_ids(meta.enqueued, "sent", set())
+        enq = self._resolve_ids(meta.enqueued, "sent", set()) if meta.enqueued else []
         enq_set = set(enq)
         if self.bug == "batched_done_before_enqueued":
             done = [
@@ -316,7 +345,9 @@ class ProtocolMachine:
                 if (sp := s.spill[h]) is not None and sp.phase == "enqueued"
             ]
         else:
-            done = self._resolve_ids(meta.completed, "enqueued", enq_set)
+            done = (
+                self._resolve_ids(meta.completed, "enqueued", enq_set) if meta.completed else []
+            )
         s.up.popleft()
         for h in enq:
             self._after_enqueued(h)
@@ -344,18 +375,22 @@ class ProtocolMachine:
         s = self.state
         if s.up or s.w_enq or s.w_done:
             raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
-        for ids in (enqueued, completed):
-            _refuse_repeats(ids)
+        if len(enqueued) > 1:
+            _refuse_repeats(enqueued)
+        if len(completed) > 1:
+            _refuse_repeats(completed)
+        down = s.down
         for tid in enqueued:
-            if tid not in s.down:
+            if tid not in down:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer not awaiting one")
-        enq = set(enqueued)
-        for tid in completed:
-            h = self.open_transfer(tid)
-            if h is None:
-                raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
-            if not (tid in enq or s.copying_tid.get(h) == tid):
-                raise UnknownTransfer(tid, "completed ack before its enqueued ack")
+        if completed:
+            enq = set(enqueued)
+            for tid in completed:
+                h = self.open_transfer(tid)
+                if h is None:
+                    raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
+                if not (tid in enq or s.copying_tid.get(h) == tid):
+                    raise UnknownTransfer(tid, "completed ack before its enqueued ack")
 
     def _resolve_ids(
         self, ids: Sequence[int], phase: str | None, enqueued_now: set[int]
@@ -363,13 +398,14 @@ class ProtocolMachine:
         """Map ack IDs to host blocks, refusing unknown, stale and out-of-order IDs."""
         s = self.state
         out: list[int] = []
-        _refuse_repeats(ids)
+        if len(ids) > 1:
+            _refuse_repeats(ids)
+        dst, spill = s.transfer_dst, s.spill
         for tid in ids:
-            h = self.open_transfer(tid)
-            if h is None:
+            h = dst.get(tid)  # (open_transfer inlined)
+            sp = spill[h] if h is not None else None
+            if h is None or sp is None or sp.transfer_id != tid:
                 raise UnknownTransfer(tid, "not an open transfer")
-            sp = s.spill[h]
-            assert sp is not None
             ok = phase is None or sp.phase == phase or (
                 phase == "enqueued" and (h in enqueued_now or sp.phase == "abandoned")
             )
@@ -390,7 +426,7 @@ class ProtocolMachine:
         s.gpu_data[g] = GARBAGE
         if self.bug != "enqueued_ack_keeps_pin":
             s.src_pin[g] = False
-        self._set_spill(h, sp._replace(phase="enqueued"))
+        self._set_spill(h, Spill(g, p, "enqueued", sp.transfer_id))
 
     def _after_completed(self, h: int, *, published_early: bool) -> None:
         s = self.state
@@ -435,17 +471,21 @@ class ProtocolMachine:
                     self._set_loc(p, None)
         if how == "abort" and self.bug == "abort_keeps_resident_blocks":
             return []
-        freed = [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]
-        for g in freed:
-            self._own(g, None)
-            s.gpu_data[g] = GARBAGE
+        owner, pin = s.gpu_owner, s.src_pin
+        freed: list[int] = []
+        for p, g in resident:
+            if owner[g] == p and not pin[g]:
+                freed.append(g)
+                self._own(g, None)
+                s.gpu_data[g] = GARBAGE
         return freed
 
     def Finish(self, r: RequestId) -> list[int]:
         """r finishes: drop its table entries; returns the GPU blocks given back to HMA."""
-        self._request("Finish", r)
-        if self.state.req[r] != "running":
-            raise ActionNotEnabled("Finish", f"request {r!r} is {self.state.req[r]}")
+        st = self.state.req.get(r)
+        if st != "running":
+            self._request("Finish", r)  # raises for an unknown request
+            raise ActionNotEnabled("Finish", f"request {r!r} is {st}")
         freed = self._end(r, "finish")
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done("Finish", {"request": r})
@@ -511,7 +551,8 @@ class ProtocolMachine:
         """An ended request that nothing references leaves the protocol state; its ID
         may be declared again. Costs O(its pages)."""
         s, a = self.state, "Retire"
-        self._request(a, r)
+        if r not in s.req:
+            self._request(a, r)  # raises
         if not REQUEST.allows(s.req[r], "retire"):
             raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, not ended")
         why = self.retire_refusal(r)
@@ -536,8 +577,9 @@ class ProtocolMachine:
     def WorkerEnqueue(self, transfer_id: int) -> None:
         """Enqueue the copy; it carries the source bytes as of its stream position."""
         s = self.state
-        t = self._take("WorkerEnqueue", transfer_id)
-        del s.down[transfer_id]
+        t = s.down.pop(transfer_id, None)
+        if t is None:
+            t = self._take("WorkerEnqueue", transfer_id)  # raises: no such command
         s.copying[t.dst] = s.gpu_data[t.src]
         s.copying_tid[t.dst] = transfer_id
         s.w_enq.append(transfer_id)
@@ -556,7 +598,8 @@ class ProtocolMachine:
     def WorkerComplete(self, h: int) -> None:
         """The copy into host block h reaches its event: the bytes land."""
         s, a = self.state, "WorkerComplete"
-        self._host(a, h)
+        if not 0 <= h < s.config.host_blocks:
+            self._host(a, h)  # raises
         data = s.copying[h]
         if data is None:
             raise ActionNotEnabled(a, f"no copy in flight into host block {h}")
