@@ -17,7 +17,7 @@ from hisparse.executor.errors import (
     HotCapacityError,
     PendingHostWrite,
 )
-from hisparse.executor.layout import PoolSpec, hot_rows_needed
+from hisparse.executor.layout import PoolSpec, min_hot_rows
 from hisparse.executor.reference import ReferenceExecutor, ReferencePools
 
 __all__ = [
@@ -36,5 +36,5 @@ __all__ = [
     "ReferencePools",
     "ResolveBatch",
     "ResolveResult",
-    "hot_rows_needed",
+    "min_hot_rows",
 ]

@@ -375,7 +375,7 @@ def _register_simulate(sub: SubParsers) -> None:
 
 
 def _simulate_options(args: argparse.Namespace) -> Any:
-    from hisparse.config import GIB
+    from hisparse.config import blocks_in
     from hisparse.simulate import DEFAULT_MOONCAKE, SimulateOptions
 
     path = args.path
@@ -387,7 +387,7 @@ def _simulate_options(args: argparse.Namespace) -> Any:
     block_bytes = args.block_tokens * args.row_bytes * args.layers
     host_blocks = args.host_blocks
     if args.host_gib is not None:
-        host_blocks = int(args.host_gib * GIB) // block_bytes
+        host_blocks = blocks_in(args.host_gib, block_bytes)
         if host_blocks < 1:
             raise argparse.ArgumentTypeError(
                 f"--host-gib {args.host_gib} holds no whole {block_bytes}-byte host block")

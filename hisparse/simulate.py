@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
@@ -185,10 +185,9 @@ class Simulation:
         self.o = opts
         self.arrivals = build_workload(opts) if arrivals is None else arrivals
         self.rng = random.Random(opts.seed)
-        block_bytes = opts.host_block_bytes
         leaders = tuple(0 if i == 1 else i for i in range(opts.layers))
         self.config = HiSparseConfig(
-            host_pool_gib=(opts.host_blocks * block_bytes + block_bytes // 2) / GIB,
+            host_pool_blocks=opts.host_blocks,
             block_tokens=opts.block_tokens,
             row_bytes=opts.row_bytes,
             top_k=opts.top_k,

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from hisparse.spec import variants
 from hisparse.spec.lifecycle import LIFECYCLES
+from hisparse.spec.state import ProtocolState
 from hisparse.spec.tracetypes import BlockId, Frozen, Name, Page
 
 # The spec's variables, in the order of its ``vars`` tuple (and of a trace's ``post``).
@@ -244,6 +245,21 @@ VARIANTS: dict[str, tuple[Action, Variant]] = {
     v.bug: (a, v) for a in CATALOGUE for v in a.variants
 }
 ARG_MODELS: tuple[type[Frozen], ...] = tuple(dict.fromkeys(a.args for a in CATALOGUE))
+
+
+def arguments(s: ProtocolState, domain: Domain) -> list[tuple[Any, ...]]:
+    """Every argument tuple of a ``domain`` in state ``s``, as the machine's method takes
+    them (drivers enumerate these; most are refused)."""
+    hosts = range(s.config.host_blocks)
+    if domain == "request":
+        return [(r,) for r in s.page_keys]
+    if domain == "page_host":
+        return [(p, h) for p in s.loc for h in hosts]
+    if domain == "host_block":
+        return [(h,) for h in hosts]
+    if domain == "transfer":
+        return [(tid,) for tid in s.down]
+    return [()]
 
 
 def variant(bug: str) -> Variant:

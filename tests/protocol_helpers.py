@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from hisparse.spec.catalogue import CATALOGUE, Domain
+from hisparse.spec.catalogue import CATALOGUE, arguments
 from hisparse.spec.errors import ProtocolError
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import ProtocolConfig, ProtocolState
@@ -134,21 +134,6 @@ GUARDS: dict[str, Guard] = {
 }
 
 
-def candidates(m: ProtocolMachine, domain: Domain) -> list[tuple[Any, ...]]:
-    """Every argument tuple of an action's catalogue domain in the current state."""
-    s = m.state
-    hosts = range(s.config.host_blocks)
-    if domain == "request":
-        return [(r,) for r in s.page_keys]
-    if domain == "page_host":
-        return [(p, h) for p in s.loc for h in hosts]
-    if domain == "host_block":
-        return [(h,) for h in hosts]
-    if domain == "transfer":
-        return [(tid,) for tid in s.down]
-    return [()]
-
-
 def _accepted(m: ProtocolMachine, action: str, args: tuple[Any, ...]) -> bool:
     """Whether a copy of ``m`` takes the action: the fallback for an action the oracle
     has no guard for yet (weaker than a guard: it asks the machine)."""
@@ -174,7 +159,7 @@ def legal_moves(
             moves.append(("add_request", (r, keys)))
     for action in CATALOGUE:
         guard = GUARDS.get(action.name)
-        for args in candidates(m, action.domain):
+        for args in arguments(s, action.domain):
             if guard(m, *args) if guard else _accepted(m, action.name, args):
                 moves.append((action.name, args))
     return moves

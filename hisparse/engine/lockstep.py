@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.engine.cache import HiSparseCache, ResidentCache
 from hisparse.engine.config import ROW_BYTES, EngineShape
 from hisparse.engine.engine import DecodeEngine
@@ -37,9 +37,8 @@ def hisparse_engine(
     """A HiSparse engine on the CUDA executor, in a stream of its own."""
     cupy = load_cupy()
     ms = model.shape
-    block_bytes = shape.block_tokens * ROW_BYTES * ms.layers
     config = HiSparseConfig(
-        host_pool_gib=(host_blocks * block_bytes + block_bytes // 2) / GIB,
+        host_pool_blocks=host_blocks,
         block_tokens=shape.block_tokens, row_bytes=ROW_BYTES, top_k=shape.top_k,
         num_speculative_tokens=shape.speculative, layers=ms.layers,
         index_leaders=ms.index_leaders,
