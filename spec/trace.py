@@ -134,7 +134,7 @@ class SpillRecord(Frozen):
     phase: Literal["sent", "enqueued", "abandoned"]
 
 
-class Transfer(Frozen):
+class TransferRecord(Frozen):
     """A command in ``down``."""
 
     src: BlockId
@@ -167,7 +167,7 @@ class TracePost(Frozen):
     hostKey: dict[BlockId, Name | None] | None = None
     prefix: dict[Name, list[BlockId]] | None = None
     spill: dict[BlockId, SpillRecord | None] | None = None
-    down: list[Transfer] | None = None
+    down: list[TransferRecord] | None = None
     up: list[WorkerMeta] | None = None
     copying: dict[BlockId, Data | None] | None = None
     wEnq: list[BlockId] | None = None
