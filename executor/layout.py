@@ -92,6 +92,12 @@ def min_hot_rows(top_k: int, num_speculative_tokens: int) -> int:
     return (num_speculative_tokens + 1) * top_k
 
 
+def default_hot_rows(top_k: int, num_speculative_tokens: int) -> int:
+    """H when none is configured: the minimum plus one more top-K of reuse headroom
+    (2 x top_k; (num_speculative_tokens + 2) x top_k with speculation)."""
+    return min_hot_rows(top_k, num_speculative_tokens) + top_k
+
+
 def hot_rows_problem(hot_rows: int, top_k: int, num_speculative_tokens: int) -> str | None:
     """Why ``hot_rows`` cannot hold one decode step's top-K (None: it can): the one
     hot-row rule, with its one message."""

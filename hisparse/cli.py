@@ -356,7 +356,7 @@ def _register_simulate(sub: SubParsers) -> None:
                    help="layers (layer 1 shares layer 0's indexer)")
     z.add_argument("--max-running", type=positive_int, default=d.concurrency,
                    help="requests decoding at once (hot-state slots)")
-    z.add_argument("--speculative", type=nonneg_int, default=d.speculative,
+    z.add_argument("--speculative", type=nonneg_int, default=d.num_speculative_tokens,
                    help="extra verification steps resolved per request per decode")
     r = p.add_argument_group("run and output")
     r.add_argument("--executor", choices=EXECUTORS, default=d.executor,
@@ -399,7 +399,7 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         else d.abort_rate if args.workload == "synthetic" else 0.0,
         gpu_blocks=args.gpu_blocks, host_blocks=host_blocks,
         block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
-        layers=args.layers, concurrency=args.max_running, speculative=args.speculative,
+        layers=args.layers, concurrency=args.max_running, num_speculative_tokens=args.speculative,
         executor=args.executor, check=not args.no_check, trace=args.trace,
     )
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hisparse.executor.layout import PoolSpec, hot_rows_problem, min_hot_rows, row_bytes_problem
+from hisparse.executor.layout import (
+    PoolSpec,
+    default_hot_rows,
+    hot_rows_problem,
+    min_hot_rows,
+    row_bytes_problem,
+)
 from hisparse.spec.state import ProtocolConfig
 
 GIB = 1 << 30
@@ -83,8 +89,7 @@ class HiSparseConfig(BaseModel):
 
     @property
     def default_hot_rows(self) -> int:
-        """2 x top_k; (num_speculative_tokens + 2) x top_k with speculation."""
-        return (self.num_speculative_tokens + 2) * self.top_k
+        return default_hot_rows(self.top_k, self.num_speculative_tokens)
 
     @property
     def hot(self) -> int:

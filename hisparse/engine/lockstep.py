@@ -40,7 +40,7 @@ def hisparse_engine(
     config = HiSparseConfig(
         host_pool_blocks=host_blocks,
         block_tokens=shape.block_tokens, row_bytes=ROW_BYTES, top_k=shape.top_k,
-        num_speculative_tokens=shape.speculative, layers=ms.layers,
+        num_speculative_tokens=shape.num_speculative_tokens, layers=ms.layers,
         index_leaders=ms.index_leaders,
     )
     stream = torch.cuda.Stream(device=model.device)
@@ -233,7 +233,7 @@ class Lockstep:
         drafts: dict[int, list[int]] = {}
         for slot, r in self.running.items():
             base = slot * s.per_slot
-            drafts[slot] = r.drafts(s.speculative)
+            drafts[slot] = r.drafts(s.num_speculative_tokens)
             tokens[base : base + s.per_slot] = [r.last, *drafts[slot]]
             pos[base : base + s.per_slot] = np.arange(r.length, r.length + s.per_slot)
             active[base : base + s.per_slot] = True
@@ -254,7 +254,7 @@ class Lockstep:
             r.out += len(emitted)
             r.length += a + 1
             r.steps += 1
-            rep.drafts += s.speculative
+            rep.drafts += s.num_speculative_tokens
             rep.drafts_accepted += a
         rep.batches.append(len(self.running))
         for sched in self._hisparse():
