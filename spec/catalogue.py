@@ -344,6 +344,25 @@ def spec_writes(spec: str, action: str) -> set[str]:
     return set(spec_variables(spec)) - unchanged
 
 
+def _method_reach(machine: type, root: str) -> str:
+    """The source of ``machine.root`` and of every method it calls on ``self``, transitively."""
+    seen: set[str] = set()
+    todo, out = [root], []
+    while todo:
+        name = todo.pop()
+        fn = getattr(machine, name, None)
+        if name in seen or not callable(fn):
+            continue
+        seen.add(name)
+        try:
+            text = inspect.getsource(fn)
+        except (OSError, TypeError):
+            continue
+        out.append(text)
+        todo += re.findall(r"self\.(\w+)\(", text)
+    return "\n".join(out)
+
+
 def disagreements(
     spec: str, machine: type, catalogue: tuple[Action, ...] = CATALOGUE
 ) -> list[str]:
@@ -393,9 +412,12 @@ def disagreements(
                        f"spec {sorted(possible)}")
         if not set(a.writes) <= set(VARIABLES):
             out.append(f"{a.name}: writes name unknown variables")
+        body = _method_reach(machine, a.name) if a.name in in_machine else ""
         for t in a.triggers:
             if t not in triggers:
                 out.append(f"{a.name}: fires undeclared lifecycle trigger {t}")
+            elif body and f'"{t[1]}"' not in body:
+                out.append(f"{a.name}: the machine's {a.name} never fires {t[1]!r}")
         fired |= set(a.triggers)
         reach = _reach(defs, a.name) | _reach(defs, f"{a.name}With")
         text = "".join(defs[n] for n in reach)

@@ -108,6 +108,8 @@ def test_a_wrong_replay_or_encoding_is_found() -> None:
 def test_a_wrong_trigger_or_variant_is_found() -> None:
     bad = _replace("Finish", triggers=(("request", "finnish"),))
     assert "undeclared lifecycle trigger" in _problems_with(bad)
+    bad = _replace("Finish", triggers=(("request", "finish"), ("request", "retire")))
+    assert "the machine's Finish never fires 'retire'" in _problems_with(bad)
     retire = next(a for a in CATALOGUE if a.name == "Retire")
     moved = dataclasses.replace(retire.variants[0], step="_no_such_step")
     assert "no step _no_such_step" in _problems_with(
