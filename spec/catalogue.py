@@ -103,6 +103,7 @@ class Action:
     tla_args: tuple[tuple[str, Encoding], ...] = ()  # fields of ``e.args``
     triggers: tuple[tuple[str, str], ...] = ()  # (lifecycle, trigger) it may fire
     variants: tuple[Variant, ...] = ()
+    injected_only: bool = False  # enabled only by one of its variants (the spec: Bug = ...)
 
     @property
     def all_writes(self) -> tuple[str, ...]:
@@ -213,6 +214,7 @@ CATALOGUE: tuple[Action, ...] = (
         (Variant("worker_drops_transfer", "TransfersComplete", "property",
                  "the worker may drop a received transfer command without enqueuing it",
                  "_worker_may_drop", variants.worker_drops_transfer),),
+        injected_only=True,
     ),
     Action(
         "WorkerComplete", HostBlockArgs, "host_block", ("hostData", "copying", "wDone"),
@@ -406,6 +408,10 @@ def disagreements(
         if plain != model_fields:
             out.append(f"{a.name}: argument model {sorted(model_fields)} != "
                        f"encoded fields {sorted(plain)}")
+        gated = re.search(r'^    /\\ Bug = "\w+"\s*$', defs[a.name], re.M) is not None
+        if gated != a.injected_only:
+            out.append(f"{a.name}: injected_only={a.injected_only}, but the spec's guard "
+                       f"{'tests' if gated else 'does not test'} Bug")
         possible = spec_writes(spec, a.name)
         if set(a.all_writes) != possible:
             out.append(f"{a.name}: catalogue writes {sorted(a.all_writes)} != "

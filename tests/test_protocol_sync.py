@@ -119,6 +119,9 @@ def test_a_wrong_trigger_or_variant_is_found() -> None:
     evict = next(a for a in CATALOGUE if a.name == "EvictHost")
     bad = _replace("Retire", variants=(*retire.variants, evict.variants[0]))
     assert "does not test Bug for evict_keeps_index" in _problems_with(bad)
+    assert "WorkerDrop: injected_only=False" in _problems_with(
+        _replace("WorkerDrop", injected_only=False)
+    )
     spec = SPEC.replace('"round_up_pool"', '"round_up_pool_renamed"')
     assert "spec bugs" in _problems_with(spec=spec)
 

@@ -46,6 +46,10 @@ def tla_set(items: Iterable[str]) -> str:
 
 
 def record(fields: Sequence[tuple[str, str]]) -> str:
+    """A record; with no fields ``<<>>`` (TLA+ has no empty record; ``DOMAIN`` is {} either
+    way), e.g. the post of an action that writes nothing."""
+    if not fields:
+        return "<<>>"
     return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields) + "]"
 
 
