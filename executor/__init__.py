@@ -21,7 +21,7 @@ from hisparse.executor.errors import (
     PendingHostWrite,
     StaleStep,
 )
-from hisparse.executor.layout import PoolSpec, hot_rows_needed
+from hisparse.executor.layout import PoolSpec, min_hot_rows
 from hisparse.executor.reference import ReferenceExecutor, ReferencePools
 
 __all__ = [
@@ -44,5 +44,5 @@ __all__ = [
     "ResolveBatch",
     "ResolveResult",
     "StaleStep",
-    "hot_rows_needed",
+    "min_hot_rows",
 ]

@@ -22,7 +22,7 @@ __all__ = [
     "CachePools", "Executor", "PoolSpec", "ResolveBatch", "ResolveResult", "Resolved", "Spill",
 ]
 
-EMPTY = -1
+NO_ENTRY = -1
 """``hot_tag`` / ``hot_stamp`` of a hot row that holds nothing; also padding in ``topk``."""
 
 

@@ -6,6 +6,9 @@ catches one holds exactly the pools it had before the call.
 
 from __future__ import annotations
 
+# The hot-row minimum, as every message states it (executor/layout.py computes it).
+HOT_ROWS_RULE = "(num_speculative_tokens + 1) x top_k"
+
 
 class ExecutorError(Exception):
     """Base class of every error an executor raises."""
@@ -30,15 +33,15 @@ class BadPlan(ExecutorError):
 class HotCapacityError(ExecutorError):
     """A slot's hot rows not already in use by this batch cannot hold an entry's misses.
 
-    Configuration prevents it (``hot_rows >= entries_per_slot * K``); seeing it means the
-    pools were sized for fewer speculative steps or a smaller top-K than the batch uses.
+    Configuration prevents it (``hot_rows >= HOT_ROWS_RULE``, ``min_hot_rows``); seeing it
+    means the pools were sized for fewer speculative steps or a smaller top-K than the
+    batch uses.
     """
 
     def __init__(self, entry: int, slot: int, needed: int, free: int) -> None:
         super().__init__(
             f"entry {entry} (slot {slot}) misses {needed} positions but only {free} hot rows "
-            "are not in use by this batch; raise hot_rows to at least "
-            "(speculative steps + 1) * K"
+            f"are not in use by this batch; raise hot_rows to at least {HOT_ROWS_RULE}"
         )
         self.entry = entry
         self.slot = slot

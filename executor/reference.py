@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import EMPTY, ResolveBatch, ResolveResult, Spill
+from hisparse.executor.base import NO_ENTRY, ResolveBatch, ResolveResult, Spill
 from hisparse.executor.errors import BadBatch, BadPlan, PendingHostWrite
 from hisparse.executor.layout import PoolSpec
 from hisparse.executor.resolver import decide
@@ -55,8 +55,8 @@ class ReferenceExecutor:
             spec=spec,
             device=np.zeros((spec.device_rows, spec.row_bytes), dtype=np.uint8),
             host=np.zeros((spec.host_rows, spec.row_bytes), dtype=np.uint8),
-            hot_tag=np.full(hot_shape, EMPTY, dtype=np.int64),
-            hot_stamp=np.full(hot_shape, EMPTY, dtype=np.int64),
+            hot_tag=np.full(hot_shape, NO_ENTRY, dtype=np.int64),
+            hot_stamp=np.full(hot_shape, NO_ENTRY, dtype=np.int64),
         )
 
     def enqueue_spill(
@@ -111,8 +111,8 @@ class ReferenceExecutor:
             raise BadBatch("a follower's pools have no hot state to reset")
         if not 0 <= slot < pools.spec.slots:
             raise BadBatch(f"slot {slot} outside 0..{pools.spec.slots - 1}")
-        pools.hot_tag[slot] = EMPTY
-        pools.hot_stamp[slot] = EMPTY
+        pools.hot_tag[slot] = NO_ENTRY
+        pools.hot_stamp[slot] = NO_ENTRY
 
     def resolve(self, pools: ReferencePools, batch: ResolveBatch) -> ResolveResult:
         """Validate, decide, then commit hot state and miss copies together."""

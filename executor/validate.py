@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import EMPTY, ResolveBatch, Spill
+from hisparse.executor.base import NO_ENTRY, ResolveBatch, Spill
 from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
 from hisparse.executor.layout import PoolSpec
 
@@ -65,18 +65,18 @@ def check_batch(spec: PoolSpec, batch: ResolveBatch, last_step: int | None) -> N
     if len(np.unique(starts)) != len(starts):
         raise BadBatch("entries of one slot must be consecutive (one run per slot per batch)")
 
-    if (topk < EMPTY).any():
-        e, i = _first(topk < EMPTY)
+    if (topk < NO_ENTRY).any():
+        e, i = _first(topk < NO_ENTRY)
         raise BadBatch(f"entry {e} position {i}: topk {topk[e, i]} is below -1")
-    real = topk != EMPTY
-    bad_res = real & ((resident < EMPTY) | (resident >= spec.resident_rows))
+    real = topk != NO_ENTRY
+    bad_res = real & ((resident < NO_ENTRY) | (resident >= spec.resident_rows))
     if bad_res.any():
         e, i = _first(bad_res)
         raise BadBatch(
             f"entry {e} position {i}: resident_row {resident[e, i]} outside "
             f"-1..{spec.resident_rows - 1}"
         )
-    needs_host = real & (resident == EMPTY)
+    needs_host = real & (resident == NO_ENTRY)
     bad_host = needs_host & ((host < 0) | (host >= spec.host_rows))
     if bad_host.any():
         e, i = _first(bad_host)

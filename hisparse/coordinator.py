@@ -37,15 +37,7 @@ from hisparse.spec.messages import (
     SparseKVPageTransfer,
     trusted,
 )
-from hisparse.spec.state import (
-    Key,
-    Loc,
-    Page,
-    ProtocolConfig,
-    ProtocolState,
-    RequestId,
-    Spill,
-)
+from hisparse.spec.state import Key, Loc, Page, ProtocolState, RequestId, Spill
 
 
 class RequestNeverFits(ProtocolError):
@@ -86,15 +78,7 @@ class HiSparseCoordinator:
         self.config = config
         self.kv = kv
         self.gpu_blocks = gpu_blocks
-        self.machine = ProtocolMachine(
-            ProtocolConfig(
-                gpu_blocks=gpu_blocks,
-                host_pool_bytes=config.host_pool_bytes,
-                host_block_bytes=config.host_block_bytes,
-            ),
-            check=check,
-            record=record,
-        )
+        self.machine = ProtocolMachine(config.protocol(gpu_blocks), check=check, record=record)
         self._unsent: list[int] = []  # transfers started, not yet handed to the connector
         self._sent: set[int] = set()  # handed to the connector, enqueued ack not consumed
         self._replacements: list[BlockTableReplacement] = []

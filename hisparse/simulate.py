@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
@@ -66,7 +66,7 @@ class SimulateOptions:
     prefix_pages: int = 3
     abort_rate: float = 0.03
     concurrency: int = 12  # most requests running (decoding) at once
-    speculative: int = 0  # extra verification steps resolved per request per decode
+    num_speculative_tokens: int = 0  # extra verification steps resolved per request per decode
     # worker losses (restarts), at seeded steps before the last arrival; each maybe
     # also loses that step's connector metadata. 0: none (the run is as without it)
     worker_restarts: int = 0
@@ -82,17 +82,18 @@ class SimulateOptions:
 EXECUTORS = ("reference", "cuda")
 
 
-def make_executor(
-    name: str, top_k: int, entries_per_slot: int, max_positions: int
-) -> Executor[Any]:
-    """The executor ``name`` (``reference`` runs anywhere; ``cuda`` needs CuPy and a GPU)."""
+def make_executor(name: str, config: HiSparseConfig, max_positions: int) -> Executor[Any]:
+    """The executor ``name`` (``reference`` runs anywhere; ``cuda`` needs CuPy and a GPU),
+    shaped by ``config``."""
     if name == "reference":
         return ReferenceExecutor()
     if name == "cuda":
         from hisparse.executor.cuda import CudaExecutor
 
         return CudaExecutor(
-            top_k=top_k, entries_per_slot=entries_per_slot, max_positions=max_positions
+            top_k=config.top_k,
+            entries_per_slot=config.num_speculative_tokens + 1,
+            max_positions=max_positions,
         )
     raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
 
@@ -191,14 +192,13 @@ class Simulation:
         self.o = opts
         self.arrivals = build_workload(opts) if arrivals is None else arrivals
         self.rng = random.Random(opts.seed)
-        block_bytes = opts.host_block_bytes
         leaders = tuple(0 if i == 1 else i for i in range(opts.layers))
         self.config = HiSparseConfig(
-            host_pool_gib=(opts.host_blocks * block_bytes + block_bytes // 2) / GIB,
+            host_pool_blocks=opts.host_blocks,
             block_tokens=opts.block_tokens,
             row_bytes=opts.row_bytes,
             top_k=opts.top_k,
-            num_speculative_tokens=opts.speculative,
+            num_speculative_tokens=opts.num_speculative_tokens,
             layers=opts.layers,
             index_leaders=leaders,
         )
@@ -208,9 +208,7 @@ class Simulation:
             check=opts.check, record=opts.trace is not None,
         )
         longest = max([opts.max_pages, *(len(a.page_keys) for a in self.arrivals)])
-        self.executor = make_executor(
-            opts.executor, opts.top_k, opts.speculative + 1, longest * opts.block_tokens
-        )
+        self.executor = make_executor(opts.executor, self.config, longest * opts.block_tokens)
         self.worker = HiSparseWorker(
             self.config, self.executor, gpu_blocks=opts.gpu_blocks, slots=opts.concurrency
         )
@@ -251,7 +249,7 @@ class Simulation:
             "host_blocks": c.host_blocks, "host_pool_bytes": c.host_pool_bytes,
             "block_tokens": o.block_tokens, "row_bytes": o.row_bytes, "top_k": o.top_k,
             "layers": o.layers, "index_leaders": list(c.leaders), "max_running": o.concurrency,
-            "hot_rows": c.hot, "speculative": o.speculative, "executor": o.executor,
+            "hot_rows": c.hot, "speculative": o.num_speculative_tokens, "executor": o.executor,
             "seed": o.seed, "abort_rate": o.abort_rate, "check": o.check,
             **({"worker_restarts": o.worker_restarts} if o.worker_restarts else {}),
         }
@@ -284,8 +282,8 @@ class Simulation:
         self._arrive(Arrival(self._t, r, keys, self.rng.randint(5, 40)))
 
     def _topk(self, r: str) -> NDArray[np.int32]:
-        """[S, K] for S = speculative + 1 verification steps (or [K] without speculation)."""
-        steps = [self._topk_one(r) for _ in range(self.o.speculative + 1)]
+        """[S, K] for S = num_speculative_tokens + 1 verification steps ([K] without)."""
+        steps = [self._topk_one(r) for _ in range(self.o.num_speculative_tokens + 1)]
         return steps[0] if len(steps) == 1 else np.stack(steps)
 
     def _topk_one(self, r: str) -> NDArray[np.int32]:

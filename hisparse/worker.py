@@ -22,7 +22,6 @@ from numpy.typing import NDArray
 
 from hisparse.config import HiSparseConfig
 from hisparse.executor.base import CachePools, Executor, ResolveBatch, Resolved, ResolveResult
-from hisparse.executor.layout import PoolSpec
 from hisparse.spec.messages import HiSparseConnectorMetadata
 from hisparse.spec.state import Loc, RequestId
 
@@ -118,14 +117,7 @@ class HiSparseWorker:
     ) -> None:
         self.config = config
         self.executor = executor
-        self.spec = PoolSpec(
-            gpu_blocks=gpu_blocks,
-            host_blocks=config.host_blocks,
-            block_tokens=config.block_tokens,
-            row_bytes=config.row_bytes,
-            hot_rows=config.hot,
-            slots=slots,
-        )
+        self.spec = config.pool_spec(gpu_blocks, slots)
         self.tables = BlockTables()
         self.handles: list[HiSparseCacheHandle] = []
         for layer, leader in enumerate(config.leaders):

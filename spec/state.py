@@ -98,11 +98,6 @@ class ProtocolConfig(BaseModel):
         """Realized host blocks: the budget rounded down to whole blocks."""
         return self.host_pool_bytes // self.host_block_bytes
 
-    @property
-    def host_capacity_rounded_up(self) -> int:
-        """What a buggy sizing computes (only used by the ``round_up_pool`` bug)."""
-        return -(-self.host_pool_bytes // self.host_block_bytes)
-
 
 @dataclass
 class ProtocolState:

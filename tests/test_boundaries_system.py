@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole, MalformedMetadata
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.executor.reference import ReferenceExecutor
@@ -32,7 +32,7 @@ BT, ROW = 4, 16  # block tokens, row bytes
 
 def config(host_blocks: int, layers: int = 1, leaders: tuple[int, ...] | None = None) -> HiSparseConfig:
     return HiSparseConfig(
-        host_pool_gib=host_blocks * BT * ROW * layers / GIB, block_tokens=BT, row_bytes=ROW,
+        host_pool_blocks=host_blocks, block_tokens=BT, row_bytes=ROW,
         top_k=4, layers=layers, index_leaders=leaders,
     )
 

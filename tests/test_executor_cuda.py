@@ -395,7 +395,7 @@ def test_torch_graph_capture_replays_with_new_inputs() -> None:
 def test_simulate_on_cuda_is_clean(speculative: int) -> None:
     from hisparse.simulate import SimulateOptions, simulate
 
-    rep = simulate(SimulateOptions(requests=32, steps=200, seed=1, speculative=speculative,
+    rep = simulate(SimulateOptions(requests=32, steps=200, seed=1, num_speculative_tokens=speculative,
                                    executor="cuda"))
     assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
     assert rep.spills > 0 and rep.hot_hits > 0 and rep.misses > 0

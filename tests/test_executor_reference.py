@@ -29,7 +29,7 @@ from hisparse.executor import (
     ReferencePools,
     ResolveBatch,
     ResolveResult,
-    hot_rows_needed,
+    min_hot_rows,
 )
 
 _CONFORMS: type[Executor[ReferencePools]] = ReferenceExecutor  # mypy checks the protocol
@@ -101,7 +101,7 @@ def test_layout_rows() -> None:
     assert SPEC.resident_row(1, 1) == 3
     assert SPEC.hot_row(1, 2) == 4 + 3 + 2
     assert SPEC.host_row(3, 0) == 6
-    assert hot_rows_needed(top_k=4, entries_per_slot=3) == 12
+    assert min_hot_rows(top_k=4, num_speculative_tokens=2) == 12
     ex = ReferenceExecutor()
     p = ex.allocate(SPEC)
     assert p.device.shape == (10, 16) and p.host.shape == (8, 16)

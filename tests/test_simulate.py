@@ -25,7 +25,7 @@ def test_simulate_is_clean_and_covers_every_path(seed: int) -> None:
 
 def test_simulate_with_speculative_steps() -> None:
     """Two extra verification steps per request share one hot state, resolved in order."""
-    rep = simulate(SimulateOptions(seed=0, speculative=2))
+    rep = simulate(SimulateOptions(seed=0, num_speculative_tokens=2))
     assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
     assert rep.spills > 0 and rep.hot_hits > 0 and rep.misses > 0
 

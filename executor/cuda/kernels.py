@@ -13,6 +13,7 @@ from typing import Any
 
 from hisparse.executor.cuda.backend import load_cupy
 from hisparse.executor.errors import ExecutorConfigError
+from hisparse.executor.layout import hot_rows_problem
 
 RESOLVE_THREADS = 1024
 """Threads of one resolver block (one slot's run of entries); also the copy width."""
@@ -98,12 +99,9 @@ class ResolverShape:
             )
         if entries_per_slot < 1:
             raise ExecutorConfigError(f"entries_per_slot must be >= 1, got {entries_per_slot}")
-        if hot_rows < entries_per_slot * top_k:
-            raise ExecutorConfigError(
-                f"hot_rows {hot_rows} < entries_per_slot {entries_per_slot} x top_k {top_k}: "
-                "the kernel cannot refuse a batch mid-launch, so hot rows must make "
-                "HotCapacityError impossible; raise hot_rows or lower top_k"
-            )
+        # the kernel cannot refuse a batch mid-launch: hot rows make HotCapacityError impossible
+        if why := hot_rows_problem(hot_rows, top_k, entries_per_slot - 1):
+            raise ExecutorConfigError(why)
         if hot_rows >= 1 << 16:
             raise ExecutorConfigError(
                 f"hot_rows must be below 65536 (the kernel packs row counts in 16 bits), "

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.spec.messages import HiSparseWorkerMeta, trusted
@@ -53,9 +53,8 @@ class Churn:
     time_spills: bool = False
 
     def __post_init__(self) -> None:
-        block_bytes = BLOCK_TOKENS * ROW_BYTES
         cfg = HiSparseConfig(
-            host_pool_gib=(self.host_blocks * block_bytes + block_bytes // 2) / GIB,
+            host_pool_blocks=self.host_blocks,
             block_tokens=BLOCK_TOKENS,
             row_bytes=ROW_BYTES,
         )

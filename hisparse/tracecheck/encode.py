@@ -12,18 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from hisparse.spec.catalogue import ACTIONS, RequestArgs
 from hisparse.spec.trace import (
-    HostBlockArgs,
     Loc,
-    NoArgs,
     Page,
-    RequestArgs,
-    SpillArgs,
     SpillRecord,
     TraceHeader,
     TracePost,
     TraceStep,
-    TransferArgs,
     WorkerMeta,
 )
 
@@ -50,6 +46,10 @@ def tla_set(items: Iterable[str]) -> str:
 
 
 def record(fields: Sequence[tuple[str, str]]) -> str:
+    """A record; with no fields ``<<>>`` (TLA+ has no empty record; ``DOMAIN`` is {} either
+    way), e.g. the post of an action that writes nothing."""
+    if not fields:
+        return "<<>>"
     return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields) + "]"
 
 
@@ -144,7 +144,7 @@ def full(value: str | Pairs) -> str:
     return value if isinstance(value, str) else function(value)
 
 
-def _arrive_witness(step: TraceStep) -> list[tuple[str, str]]:
+def _arrive_witness(step: TraceStep) -> dict[str, str]:
     """The choice Arrive made, read off its ``loc`` change (every page of the request
     leaves NoLoc): host copies of the prefix hit, then the GPU blocks of the remaining
     pages, in page order. The spec's ArriveWith
@@ -154,25 +154,25 @@ def _arrive_witness(step: TraceStep) -> list[tuple[str, str]]:
     mine = sorted((p[1], where) for p, where in (loc or []) if p[0] == a.request)
     hosts = [host(w[1]) for _, w in mine if w is not None and w[0] == "host"]
     blocks = [gpu(w[1]) for _, w in mine if w is not None and w[0] == "gpu"]
-    return [("hosts", tup(hosts)), ("blocks", tup(blocks))]
+    return {"arrive_hosts": tup(hosts), "arrive_blocks": tup(blocks)}
+
+
+# How each catalogue Encoding writes one argument value.
+_ENCODE: dict[str, Callable[[Any], str]] = {"name": string, "page": page, "gpu": gpu, "host": host}
 
 
 def args(step: TraceStep) -> str:
-    """The step's arguments as a record (``<<>>`` when it takes none)."""
-    a = step.args
-    if isinstance(a, RequestArgs):
-        fields = [("request", string(a.request))]
-        if step.action == "Arrive":
-            fields += _arrive_witness(step)
-        return record(fields)
-    if isinstance(a, SpillArgs):
-        return record([("page", page(a.page)), ("host_block", host(a.host_block))])
-    if isinstance(a, HostBlockArgs):
-        return record([("host_block", host(a.host_block))])
-    if isinstance(a, TransferArgs):
-        return record([("src", gpu(a.src)), ("dst", host(a.dst))])
-    assert isinstance(a, NoArgs)
-    return "<<>>"
+    """The step's arguments as the record its catalogue replay reads (``<<>>``: none)."""
+    fields = ACTIONS[step.action].tla_args
+    if not fields:
+        return "<<>>"
+    witness = _arrive_witness(step) if any(e.startswith("arrive_") for _, e in fields) else {}
+    return record(
+        [
+            (f, witness[e] if e in witness else _ENCODE[e](getattr(step.args, f)))
+            for f, e in fields
+        ]
+    )
 
 
 def step(s: TraceStep, name: Callable[[str, str | Pairs], str] = lambda _, v: full(v)) -> str:
