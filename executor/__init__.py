@@ -21,7 +21,7 @@ from hisparse.executor.errors import (
     PendingHostWrite,
     StaleStep,
 )
-from hisparse.executor.layout import PoolSpec, min_hot_rows
+from hisparse.executor.layout import PoolLayout, min_hot_rows
 from hisparse.executor.reference import ReferenceExecutor, ReferencePools
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
     "LaunchConflict",
     "LaunchRefused",
     "PendingHostWrite",
-    "PoolSpec",
+    "PoolLayout",
     "ReferenceExecutor",
     "ReferencePools",
     "ResolveBatch",

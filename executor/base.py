@@ -16,10 +16,11 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 
 __all__ = [
-    "CachePools", "Executor", "PoolSpec", "ResolveBatch", "ResolveResult", "Resolved", "Spill",
+    "CachePools", "Executor", "PoolLayout", "ResolveBatch", "ResolveResult", "Resolved",
+    "SpillCopy",
 ]
 
 NO_ENTRY = -1
@@ -29,14 +30,14 @@ NO_ENTRY = -1
 class CachePools(Protocol):
     """One cache's (one layer's) pools, as ``Executor.allocate`` returns them.
 
-    ``device``: uint8 [spec.device_rows, row_bytes], resident rows then hot rows.
-    ``host``: uint8 [spec.host_rows, row_bytes], as a direct CPU reader may see it.
+    ``device``: uint8 [layout.device_rows, row_bytes], resident rows then hot rows.
+    ``host``: uint8 [layout.host_rows, row_bytes], as a direct CPU reader may see it.
     ``hot_tag``: int64 [slots, H], the logical position each hot row holds, or -1.
     ``hot_stamp``: int64 [slots, H], the step that last used each hot row, or -1.
     """
 
     @property
-    def spec(self) -> PoolSpec: ...
+    def layout(self) -> PoolLayout: ...
 
     @property
     def device(self) -> NDArray[np.uint8]: ...
@@ -111,7 +112,7 @@ class Resolved(Protocol):
     def host(self) -> ResolveResult: ...
 
 
-Spill = tuple[int, int, int]
+SpillCopy = tuple[int, int, int]
 """One spill copy: (transfer ID, source GPU block, destination host block)."""
 
 
@@ -127,7 +128,7 @@ class Executor(Protocol[PoolsT]):
     *completed* ack (the bytes are in the host pool and may be published).
     """
 
-    def allocate(self, spec: PoolSpec, *, lru: bool = True) -> PoolsT:
+    def allocate(self, layout: PoolLayout, *, lru: bool = True) -> PoolsT:
         """Pools for one cache: zeroed bytes, every hot row empty (tag and stamp -1).
 
         ``lru=False`` is for index-sharing followers: no ``hot_tag``/``hot_stamp`` rows
@@ -146,7 +147,7 @@ class Executor(Protocol[PoolsT]):
         """
         ...
 
-    def enqueue_spills(self, pools: PoolsT, spills: Sequence[Spill]) -> None:
+    def enqueue_spills(self, pools: PoolsT, spills: Sequence[SpillCopy]) -> None:
         """``enqueue_spill`` for a whole step's spills of one cache, all or nothing."""
         ...
 

@@ -17,7 +17,7 @@ ROW_ALIGN = 16
 
 
 @dataclass(frozen=True)
-class PoolSpec:
+class PoolLayout:
     """Sizes of one cache's pools; validated on construction.
 
     ``hot_rows`` is H, the hot rows of one request slot; ``slots`` is the number of

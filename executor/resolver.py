@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 
 from hisparse.executor.base import NO_ENTRY, ResolveBatch
 from hisparse.executor.errors import HotCapacityError
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,7 +40,7 @@ def _victims(
 
 
 def decide(
-    spec: PoolSpec,
+    layout: PoolLayout,
     hot_tag: NDArray[np.int64],
     hot_stamp: NDArray[np.int64],
     batch: ResolveBatch,
@@ -61,7 +61,7 @@ def decide(
 
     for e in range(n):
         slot = int(batch.slots[e])
-        used = in_use.setdefault(slot, np.zeros(spec.hot_rows, dtype=np.bool_))
+        used = in_use.setdefault(slot, np.zeros(layout.hot_rows, dtype=np.bool_))
         topk, resident, host = batch.topk[e], batch.resident_row[e], batch.host_row[e]
 
         # Rules 1-2: padding stays -1; a resident position exits before any hot lookup.
@@ -100,10 +100,10 @@ def decide(
             stamp[slot, j] = step
             used[j] = True
             held[p] = j
-            plan.append((spec.hot_row(slot, j), int(host[first])))
+            plan.append((layout.hot_row(slot, j), int(host[first])))
 
         for i in lookups:
-            rows[e, i] = spec.hot_row(slot, held[int(topk[i])])
+            rows[e, i] = layout.hot_row(slot, held[int(topk[i])])
         misses += len(missing)
         hot_hits += int(lookups.size) - len(missing)
 

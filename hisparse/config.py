@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hisparse.executor.layout import (
-    PoolSpec,
+    PoolLayout,
     default_hot_rows,
     hot_rows_problem,
     min_hot_rows,
@@ -34,7 +34,7 @@ class HiSparseConfig(BaseModel):
     realized pool is rounded down to whole host blocks (``host_blocks``). A caller that
     counts in blocks gives ``host_pool_blocks`` instead (exactly one of the two).
     With the engine's GPU block count this is the only input: the protocol config
-    (``protocol``) and the pools (``pool_spec``) take their shapes from it.
+    (``protocol``) and the pools (``pool_layout``) take their shapes from it.
     ``index_leaders[i]`` is the layer whose top-K layer ``i`` uses (itself for a
     layer that owns an indexer); followers hold no LRU state of their own.
     """
@@ -129,10 +129,10 @@ class HiSparseConfig(BaseModel):
             host_block_bytes=self.host_block_bytes,
         )
 
-    def pool_spec(self, gpu_blocks: int, slots: int) -> PoolSpec:
+    def pool_layout(self, gpu_blocks: int, slots: int) -> PoolLayout:
         """The pools of one layer's cache: ``gpu_blocks`` resident blocks, ``slots``
         requests holding hot rows at once."""
-        return PoolSpec(
+        return PoolLayout(
             gpu_blocks=gpu_blocks,
             host_blocks=self.host_blocks,
             block_tokens=self.block_tokens,

@@ -92,7 +92,7 @@ def make_executor(name: str, config: HiSparseConfig, max_positions: int) -> Exec
 
         return CudaExecutor(
             top_k=config.top_k,
-            entries_per_slot=config.num_speculative_tokens + 1,
+            num_speculative_tokens=config.num_speculative_tokens,
             max_positions=max_positions,
         )
     raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
@@ -310,7 +310,7 @@ class Simulation:
         pages = np.array([i for i, _ in gpu], np.int64)
         blocks = np.array([g for _, g in gpu], np.int64)
         offs = np.tile(np.arange(b, dtype=np.int64), len(gpu))
-        spec = self.worker.spec
+        spec = self.worker.layout
         rows = np.array([spec.resident_row(int(g), o) for g in blocks for o in range(b)])
         keys = np.repeat(self.pages[r][pages], b)
         for h in self.worker.handles:

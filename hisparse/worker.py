@@ -117,11 +117,11 @@ class HiSparseWorker:
     ) -> None:
         self.config = config
         self.executor = executor
-        self.spec = config.pool_spec(gpu_blocks, slots)
+        self.layout = config.pool_layout(gpu_blocks, slots)
         self.tables = BlockTables()
         self.handles: list[HiSparseCacheHandle] = []
         for layer, leader in enumerate(config.leaders):
-            pools = executor.allocate(self.spec, lru=layer == leader)
+            pools = executor.allocate(self.layout, lru=layer == leader)
             runtime = HiSparseRuntime(layer, leader, pools)
             self.handles.append(HiSparseCacheHandle(layer, runtime, self.tables))
         self._free_slots = list(range(slots - 1, -1, -1))
@@ -158,7 +158,7 @@ class HiSparseWorker:
 
         Everything is checked first, so a bad command changes nothing.
         """
-        spec = self.spec
+        spec = self.layout
         for t in meta.transfers:
             src_ok = 0 <= t.src_gpu_block < spec.gpu_blocks
             if not (src_ok and 0 <= t.dst_host_block < spec.host_blocks):
@@ -206,7 +206,7 @@ class HiSparseWorker:
         A request's top-K is [K], or [S, K] for S speculative verification steps,
         which become S consecutive entries of its slot, resolved in order.
         """
-        b = self.spec.block_tokens
+        b = self.layout.block_tokens
         per = {r: np.atleast_2d(t) for r, t in topk.items()}
         names = [r for r, t in per.items() for _ in range(t.shape[0])]
         k = next(iter(per.values())).shape[1] if per else 0
@@ -244,4 +244,4 @@ class HiSparseWorker:
                 continue
             result = self.executor.resolve(rt.pools, self.batch(topk_by_leader[h.layer], step))
             rows[h.layer], results[h.layer] = result.rows, result
-        return DecodeResult(rows, results, dict(followers), self.spec.row_bytes)
+        return DecodeResult(rows, results, dict(followers), self.layout.row_bytes)

@@ -332,7 +332,7 @@ def test_batch_maps_resident_and_host_pages_to_rows() -> None:
     w.admit("r", [("gpu", 0), ("host", 2), ("gpu", 3)])
     pos = np.array([0, BT - 1, BT, 2 * BT + 1, -1], np.int32)
     b = w.batch({"r": pos}, step=0)
-    spec = w.spec
+    spec = w.layout
     assert b.resident_row.tolist() == [[
         spec.resident_row(0, 0), spec.resident_row(0, BT - 1), -1, spec.resident_row(3, 1), -1
     ]]

@@ -68,6 +68,6 @@ def test_protocol_and_pools_take_their_shapes_from_the_config() -> None:
     p = c.protocol(gpu_blocks=7)
     assert (p.gpu_blocks, p.host_blocks, p.host_capacity) == (7, 5, 5)
     assert (p.host_pool_bytes, p.host_block_bytes) == (c.host_pool_bytes, c.host_block_bytes)
-    spec = c.pool_spec(gpu_blocks=7, slots=2)
+    spec = c.pool_layout(gpu_blocks=7, slots=2)
     assert (spec.gpu_blocks, spec.host_blocks, spec.hot_rows, spec.slots) == (7, 5, c.hot, 2)
     assert (spec.block_tokens, spec.row_bytes) == (16, 32)

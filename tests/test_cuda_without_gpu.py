@@ -95,7 +95,7 @@ def test_cli_reports_a_missing_gpu_as_an_error(
 
 
 def test_shape_limits_are_checked_at_configuration() -> None:
-    ok = ResolverShape.of(hot_rows=4096, top_k=2048, entries_per_slot=2, max_positions=1 << 17)
+    ok = ResolverShape.of(hot_rows=4096, top_k=2048, num_speculative_tokens=1, max_positions=1 << 17)
     # scratch, used[H], victims[K], first_row[K], new_order[H] ints; then int64 sort
     # keys for K rounded up to a power of two, 8-byte aligned
     assert WS_INTS == 68
@@ -104,13 +104,13 @@ def test_shape_limits_are_checked_at_configuration() -> None:
     assert resolve_smem_bytes(1, 1) == 4 * 72 + 8 * 1
     assert positions_per_thread(2048) == 2 and rows_per_thread(4096) == 4
     bad = [
-        dict(hot_rows=4095, top_k=2048, entries_per_slot=2, max_positions=10),  # H < E*K
-        dict(hot_rows=4096, top_k=0, entries_per_slot=1, max_positions=10),
-        dict(hot_rows=MAX_TOP_K * 4, top_k=MAX_TOP_K + 1, entries_per_slot=1, max_positions=10),
-        dict(hot_rows=1 << 16, top_k=8, entries_per_slot=1, max_positions=10),  # 16-bit counts
-        dict(hot_rows=64, top_k=8, entries_per_slot=0, max_positions=10),
-        dict(hot_rows=64, top_k=8, entries_per_slot=1, max_positions=0),
-        dict(hot_rows=30000, top_k=8192, entries_per_slot=1, max_positions=10),  # shared memory
+        dict(hot_rows=4095, top_k=2048, num_speculative_tokens=1, max_positions=10),  # H < E*K
+        dict(hot_rows=4096, top_k=0, num_speculative_tokens=0, max_positions=10),
+        dict(hot_rows=MAX_TOP_K * 4, top_k=MAX_TOP_K + 1, num_speculative_tokens=0, max_positions=10),
+        dict(hot_rows=1 << 16, top_k=8, num_speculative_tokens=0, max_positions=10),  # 16-bit counts
+        dict(hot_rows=64, top_k=8, num_speculative_tokens=-1, max_positions=10),
+        dict(hot_rows=64, top_k=8, num_speculative_tokens=0, max_positions=0),
+        dict(hot_rows=30000, top_k=8192, num_speculative_tokens=0, max_positions=10),  # shared memory
     ]
     for kw in bad:
         with pytest.raises(ExecutorConfigError):

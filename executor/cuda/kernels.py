@@ -90,17 +90,19 @@ class ResolverShape:
 
     @classmethod
     def of(
-        cls, hot_rows: int, top_k: int, entries_per_slot: int, max_positions: int
+        cls, hot_rows: int, top_k: int, num_speculative_tokens: int, max_positions: int
     ) -> ResolverShape:
         if not 1 <= top_k <= MAX_TOP_K:
             raise ExecutorConfigError(
                 f"top_k must be in 1..{MAX_TOP_K} (each resolver thread keeps "
                 f"ceil(top_k / {RESOLVE_THREADS}) positions in registers), got {top_k}"
             )
-        if entries_per_slot < 1:
-            raise ExecutorConfigError(f"entries_per_slot must be >= 1, got {entries_per_slot}")
+        if num_speculative_tokens < 0:
+            raise ExecutorConfigError(
+                f"num_speculative_tokens must be >= 0, got {num_speculative_tokens}"
+            )
         # the kernel cannot refuse a batch mid-launch: hot rows make HotCapacityError impossible
-        if why := hot_rows_problem(hot_rows, top_k, entries_per_slot - 1):
+        if why := hot_rows_problem(hot_rows, top_k, num_speculative_tokens):
             raise ExecutorConfigError(why)
         if hot_rows >= 1 << 16:
             raise ExecutorConfigError(

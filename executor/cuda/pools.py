@@ -23,7 +23,7 @@ from hisparse.executor.cuda.kernels import (
     ResolverShape,
 )
 from hisparse.executor.errors import CopyWaitExpired, LaunchConflict, LaunchRefused, StaleStep
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 
 ABSENT = 0x7FFFFFFF
 """``where`` entry of a position that is not hot (kernels.cu's ABSENT)."""
@@ -79,7 +79,7 @@ class CudaPools:
     (stamp, row), the kernel's victim order.
     """
 
-    spec: PoolSpec
+    layout: PoolLayout
     shape: ResolverShape | None
     device: Any
     host: NDArray[np.uint8]
@@ -127,29 +127,29 @@ class CudaPools:
             raise error
 
 
-def allocate_pools(spec: PoolSpec, shape: ResolverShape | None) -> CudaPools:
+def allocate_pools(layout: PoolLayout, shape: ResolverShape | None) -> CudaPools:
     """Zeroed pools; ``shape`` None allocates a follower (no LRU state)."""
     cupy = load_cupy()
-    pinned = PinnedHostBuffer(spec.host_rows * spec.row_bytes)
-    host = pinned.host_view(spec.host_rows, spec.row_bytes)
+    pinned = PinnedHostBuffer(layout.host_rows * layout.row_bytes)
+    host = pinned.host_view(layout.host_rows, layout.row_bytes)
     host[...] = 0
-    slots = spec.slots if shape is not None else 0
+    slots = layout.slots if shape is not None else 0
     positions = shape.max_positions if shape is not None else 0
-    order = cupy.tile(cupy.arange(spec.hot_rows, dtype=cupy.int32), (slots, 1))
+    order = cupy.tile(cupy.arange(layout.hot_rows, dtype=cupy.int32), (slots, 1))
     status = PinnedHostBuffer(8 * CTRL_WORDS)
     host_status = np.asarray(status).view(np.int64)
     host_status[...] = 0
     ctrl = cupy.zeros(CTRL_WORDS, dtype=cupy.int64)
     ctrl[CTRL_LAST_STEP] = -1  # no launch has completed
     return CudaPools(
-        spec=spec,
+        layout=layout,
         shape=shape,
-        device=cupy.zeros((spec.device_rows, spec.row_bytes), dtype=cupy.uint8),
+        device=cupy.zeros((layout.device_rows, layout.row_bytes), dtype=cupy.uint8),
         host=host,
-        host_device=pinned.device_view(spec.host_rows, spec.row_bytes),
-        hot_tag=cupy.full((slots, spec.hot_rows), -1, dtype=cupy.int64),
-        hot_stamp=cupy.full((slots, spec.hot_rows), -1, dtype=cupy.int64),
-        lru_order=order.reshape(slots, spec.hot_rows),
+        host_device=pinned.device_view(layout.host_rows, layout.row_bytes),
+        hot_tag=cupy.full((slots, layout.hot_rows), -1, dtype=cupy.int64),
+        hot_stamp=cupy.full((slots, layout.hot_rows), -1, dtype=cupy.int64),
+        lru_order=order.reshape(slots, layout.hot_rows),
         where=cupy.full((slots, positions), ABSENT, dtype=cupy.int32),
         ready=cupy.full(slots, -1, dtype=cupy.int64),
         ctrl=ctrl,

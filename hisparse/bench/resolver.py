@@ -37,7 +37,7 @@ from hisparse.bench.gpu import GpuTimer, environment
 from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
 from hisparse.executor.cuda.backend import load_cupy
 from hisparse.executor.cuda.kernels import SORT_MIN_BATCH, compile_kernels
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 
 VARIANTS = 8  # distinct host-row sets cycled through the repetitions
 PLACEMENTS = ("random", "request", "interleaved")
@@ -53,7 +53,7 @@ def phases(cupy: Any, ex: CudaExecutor, pools: Any, buffers: ResolveBuffers,
     shape = pools.shape
     assert shape is not None
     prof = compile_kernels(
-        ex.device_id, (*ex.defines(pools.spec.hot_rows), "-DHISPARSE_PROFILE")
+        ex.device_id, (*ex.defines(pools.layout.hot_rows), "-DHISPARSE_PROFILE")
     )
     prof.resolve.max_dynamic_shared_size_bytes = shape.smem
     plain, ex.resolvers[shape] = ex.resolvers[shape], prof.resolve
@@ -74,7 +74,7 @@ def phases(cupy: Any, ex: CudaExecutor, pools: Any, buffers: ResolveBuffers,
 
 def _prime(cupy: Any, pools: Any, slots: int, rng: np.random.Generator) -> dict[str, Any]:
     """Every hot row full (positions 0..H-1), distinct older stamps; returns device copies."""
-    h = pools.spec.hot_rows
+    h = pools.layout.hot_rows
     tag = np.tile(np.arange(h, dtype=np.int64), (slots, 1))
     stamp = np.stack([rng.permutation(h).astype(np.int64) + 1 for _ in range(slots)])
     order = np.argsort(stamp, axis=1, kind="stable").astype(np.int32)
@@ -85,10 +85,10 @@ def _prime(cupy: Any, pools: Any, slots: int, rng: np.random.Generator) -> dict[
 
 
 def _inputs(
-    spec: PoolSpec, batch: int, k: int, misses: int, rng: np.random.Generator
+    layout: PoolLayout, batch: int, k: int, misses: int, rng: np.random.Generator
 ) -> np.ndarray:
     """topk [B, K]: ``misses`` positions that are not hot, the rest hot."""
-    h = spec.hot_rows
+    h = layout.hot_rows
     topk = np.empty((batch, k), np.int32)
     for b in range(batch):
         hits = rng.choice(h, size=k - misses, replace=False)
@@ -191,11 +191,11 @@ def run(
     pool_rows = max(1 << 21, 2 * max_b * top_k)
     if set(placements) - {"random"}:
         pool_rows = max(pool_rows, max_b * context)
-    spec = PoolSpec(gpu_blocks=1, host_blocks=-(-pool_rows // BLOCK), block_tokens=BLOCK,
+    layout = PoolLayout(gpu_blocks=1, host_blocks=-(-pool_rows // BLOCK), block_tokens=BLOCK,
                     row_bytes=row_bytes, hot_rows=hot_rows, slots=max_b)
     ex = CudaExecutor(top_k=top_k, max_positions=11 * hot_rows)
-    pools = ex.allocate(spec)
-    filled = min(spec.host_rows, 1 << 21)  # random bytes where the bench reads most
+    pools = ex.allocate(layout)
+    filled = min(layout.host_rows, 1 << 21)  # random bytes where the bench reads most
     pools.host[:filled] = rng.integers(0, 256, (filled, row_bytes), dtype=np.uint8)
     shape_ = pools.shape
     assert shape_ is not None
@@ -220,8 +220,8 @@ def run(
         primed = _prime(cupy, pools, b, rng)
         for rate, placement in [(r, p) for r in miss_rates for p in placements]:
             misses = max(1, round(rate * top_k))
-            topk = _inputs(spec, b, top_k, misses, rng)
-            variants = [host_rows(placement, spec.host_rows, b, top_k, context, rng)
+            topk = _inputs(layout, b, top_k, misses, rng)
+            variants = [host_rows(placement, layout.host_rows, b, top_k, context, rng)
                         for _ in range(VARIANTS)]
             buffers = ResolveBuffers.allocate(b, top_k)
             buffers.slots[...] = cupy.arange(b, dtype=cupy.int32)
@@ -308,7 +308,7 @@ def _torch_baseline(
     slots = torch.as_tensor(buffers.slots, device="cuda").long()
     topk = torch.as_tensor(buffers.topk, device="cuda")
     host_row = torch.as_tensor(buffers.host_row, device="cuda")
-    r = pools.spec.resident_rows
+    r = pools.layout.resident_rows
 
     def work(i: int) -> None:
         torch_resolve(torch, tag, stamp, slots, topk, host_row, host, device,

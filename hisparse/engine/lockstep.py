@@ -45,7 +45,8 @@ def hisparse_engine(
     )
     stream = torch.cuda.Stream(device=model.device)
     executor = CudaExecutor(
-        top_k=shape.top_k, max_positions=shape.max_context, entries_per_slot=shape.per_slot,
+        top_k=shape.top_k, max_positions=shape.max_context,
+        num_speculative_tokens=shape.num_speculative_tokens,
         device=model.device.index or 0, stream=cupy.cuda.ExternalStream(stream.cuda_stream),
     )
     scheduler = HiSparseScheduler(config, executor, gpu_blocks=gpu_blocks, slots=shape.slots,
