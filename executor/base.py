@@ -91,7 +91,7 @@ class ResolveResult:
     hot_hits: int
     misses: int
 
-    def host(self) -> ResolveResult:
+    def to_host(self) -> ResolveResult:
         """Already on the host: itself (see ``Resolved``)."""
         return self
 
@@ -99,7 +99,7 @@ class ResolveResult:
 class Resolved(Protocol):
     """What ``Executor.resolve`` returns: ``rows`` for attention, ``plan`` for ``replay``.
 
-    Both may live on the device; ``host()`` is the one explicit (and, on an accelerator,
+    Both may live on the device; ``to_host()`` is the one explicit (and, on an accelerator,
     synchronizing) way to see the whole result as a ``ResolveResult``.
     """
 
@@ -109,7 +109,7 @@ class Resolved(Protocol):
     @property
     def plan(self) -> Any: ...
 
-    def host(self) -> ResolveResult: ...
+    def to_host(self) -> ResolveResult: ...
 
 
 SpillCopy = tuple[int, int, int]

@@ -326,7 +326,7 @@ class Simulation:
         page = np.where(valid, pos // b, 0)
         keys = np.stack([self.pages[r][page[e]] for e, (r, _) in enumerate(entries)])
         offs = np.where(valid, pos % b, 0)
-        on_host = result.host
+        on_host = result.results_on_host
         for layer in result.rows:
             got = on_host[self.config.leaders[layer]].rows
             pools = self.worker.handles[layer].runtime.pools

@@ -79,28 +79,28 @@ class DecodeResult:
     row_bytes: int
 
     @cached_property
-    def host(self) -> dict[int, ResolveResult]:
+    def results_on_host(self) -> dict[int, ResolveResult]:
         """Each leader's whole result on the host (synchronizes an accelerator)."""
-        return {layer: r.host() for layer, r in self.results.items()}
+        return {layer: r.to_host() for layer, r in self.results.items()}
 
     @property
     def resident_hits(self) -> int:
-        return sum(r.resident_hits for r in self.host.values())
+        return sum(r.resident_hits for r in self.results_on_host.values())
 
     @property
     def hot_hits(self) -> int:
-        return sum(r.hot_hits for r in self.host.values())
+        return sum(r.hot_hits for r in self.results_on_host.values())
 
     @property
     def misses(self) -> int:
-        return sum(r.misses for r in self.host.values())
+        return sum(r.misses for r in self.results_on_host.values())
 
     @property
     def h2d_bytes(self) -> int:
         """Bytes copied host -> device: each miss, once per leader and per follower."""
         return sum(
             r.misses * (1 + self.followers.get(layer, 0)) * self.row_bytes
-            for layer, r in self.host.items()
+            for layer, r in self.results_on_host.items()
         )
 
 

@@ -80,7 +80,7 @@ class Pair:
         self.ref.replay(self.r_fol, want.plan)
         res = self.cuda.resolve(self.c_lead, batch)
         self.cuda.replay(self.c_fol, res.plan)
-        got = res.host()
+        got = res.to_host()
         np.testing.assert_array_equal(got.rows, want.rows)
         np.testing.assert_array_equal(got.plan, want.plan)
         assert (got.resident_hits, got.hot_hits, got.misses) == (
@@ -309,7 +309,7 @@ def test_resolve_reads_spills_enqueued_before_it() -> None:
     ex.enqueue_spill(pools, 1, 0, 1)
     topk = np.arange(64, dtype=np.int32)[None]
     res = ex.resolve(pools, ResolveBatch(np.array([0], np.int32), topk, np.full_like(topk, -1),
-                                         topk + 64, 1)).host()
+                                         topk + 64, 1)).to_host()
     np.testing.assert_array_equal(ex.read_device_rows(pools, res.rows[0]), device[:64])
 
 
@@ -343,7 +343,7 @@ def _check_graph(pair: Pair, buffers: Any, launch: Any, batches: list[ResolveBat
         launch()
         want = pair.ref.resolve(pair.r_lead, batch)
         pair.ref.replay(pair.r_fol, want.plan)
-        got = buffers.result.host()
+        got = buffers.result.to_host()
         np.testing.assert_array_equal(got.rows, want.rows)
         np.testing.assert_array_equal(got.plan, want.plan)
         pair.same_state()
@@ -424,7 +424,7 @@ def test_graph_replay_without_a_new_step_is_refused() -> None:
                                 batches[0].step), stream)
     graph.launch(stream)
     with pytest.raises(StaleStep):
-        buffers.result.host()
+        buffers.result.to_host()
     assert (cupy.asnumpy(buffers.result.rows) == -1).all()
     assert (cupy.asnumpy(buffers.result.plan.counts) == 0).all()
     pair.same_state()  # nothing moved: neither the leader's state nor the follower's rows
@@ -529,7 +529,7 @@ def test_unfinished_launch_is_refused_until_recover() -> None:
     before = pair.cuda.snapshot(pools)
     res = pair.cuda.resolve(pools, batches[1])
     with pytest.raises(LaunchConflict):
-        res.host()
+        res.to_host()
     assert (cupy.asnumpy(res.rows) == -1).all()
     after = pair.cuda.snapshot(pools)
     for key in before:

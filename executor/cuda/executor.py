@@ -277,7 +277,7 @@ class CudaExecutor:
     def resolve(self, pools: CudaPools, batch: ResolveBatch) -> CudaResolveResult:
         """Validate on the host, upload with one async copy, one resolver launch.
 
-        Returns device outputs without synchronizing; ``result.host()`` reads them back.
+        Returns device outputs without synchronizing; ``result.to_host()`` reads them back.
         Raises ``LaunchRefused`` first if the device refused an earlier launch.
         """
         pools.check_launches()

@@ -2,7 +2,7 @@
 
 A resolve's miss plan has a data-dependent length; on the GPU it lives as ``[n, K, 2]``
 pairs plus a per-entry count, which followers replay without the host ever learning
-the length. ``host()`` is the explicit, synchronizing way to look at a result.
+the length. ``to_host()`` is the explicit, synchronizing way to look at a result.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class DevicePlan:
     counts: Any  # int32 [n]
     copy_pairs: Any = None  # int32 [n, K, 2] or None: the copy order
 
-    def host(self) -> np.ndarray:
+    def to_host(self) -> np.ndarray:
         """The plan as ``ResolveResult.plan`` (int32 [m, 2], entry order); synchronizes."""
         cupy = load_cupy()
         pairs, counts = cupy.asnumpy(self.pairs), cupy.asnumpy(self.counts)
@@ -69,7 +69,7 @@ class CudaResolveResult:
             take=cupy.empty(n, dtype=cupy.int32),
         )
 
-    def host(self) -> ResolveResult:
+    def to_host(self) -> ResolveResult:
         """Copy everything to the host as a ``ResolveResult``; synchronizes the stream, then
         raises ``LaunchRefused`` if the device refused blocks of the launch."""
         cupy = load_cupy()
@@ -78,7 +78,7 @@ class CudaResolveResult:
             self.check()
         return ResolveResult(
             rows=cupy.asnumpy(self.rows),
-            plan=self.plan.host(),
+            plan=self.plan.to_host(),
             resident_hits=int(totals[0]),
             hot_hits=int(totals[1]),
             misses=int(totals[2]),

@@ -244,14 +244,14 @@ def run(
             fused = timer.time(fused_launch, reps=reps, before=restore)
             restore(0)
             ex.launch_resolve(pools, buffers)
-            ours = buffers.result.host()
+            ours = buffers.result.to_host()
             assert ours.misses == b * misses and ours.hot_hits == b * (top_k - misses), (
                 "the benchmark's hit/miss mix is not what it claims")
             plans = []
             for v in range(VARIANTS):  # the same copies the fused kernel made, per variant
                 restore(v)
                 ex.launch_resolve(pools, buffers)
-                plans.append(cupy.asarray(buffers.result.plan.host()))
+                plans.append(cupy.asarray(buffers.result.plan.to_host()))
             total = ours.misses * rv
 
             def gather(i: int, plans: list[Any] = plans, total: int = total) -> None:
