@@ -284,3 +284,20 @@ def test_worker_role_connector_refuses_scheduler_recovery() -> None:
 def _worker() -> HiSparseWorker:
     cfg = HiSparseConfig(host_pool_gib=4 * BLOCK / GIB)
     return HiSparseWorker(cfg, ReferenceExecutor(), gpu_blocks=8, slots=2)
+
+
+def test_loss_report_must_name_transfers_the_worker_was_given() -> None:
+    c, kv = make()
+    c.add_request("a", ["a0", "a1"])
+    c.admit("a")
+    tid = c.spill(("a", 1))  # open, but not yet handed over by take_commands
+    assert tid is not None
+    before = everything(c, kv)
+    with pytest.raises(UnknownTransfer, match="never handed to the worker"):
+        c.on_worker_lost((tid,))
+    assert everything(c, kv) == before
+    c.take_commands()
+    ack(c, enq=(tid,))  # enqueued: no longer awaiting its ack, but still copying
+    c.on_worker_lost((tid,))  # accepted: the stream still runs it
+    sp = c.state.spill[0]
+    assert sp is not None and sp.phase == "enqueued" and c.state.host_state[0] == "leased"
