@@ -82,7 +82,7 @@ def _owner_unknown_page(s: ProtocolState, _: int) -> None:
 
 
 def _owner_malformed_page_of_undeclared_request(s: ProtocolState, _: int) -> None:
-    s.gpu_owner[1] = ("ghost", "x")  # malformed whoever owns it: not only a retired ID's concern
+    s.gpu_owner[1] = ("ghost", "x")  # type: ignore[assignment]  # malformed, whoever owns it
 
 
 def _gpu_data_bogus(s: ProtocolState, _: int) -> None:
