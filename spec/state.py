@@ -175,7 +175,7 @@ class ProtocolState:
         return sum(1 for s in self.host_state if s != "free")
 
     def in_flight(self, h: int) -> bool:
-        """The spec's InFlight(h): some command, copy or ack still names host block h."""
+        """h in the spec's InFlightBlocks: some command, copy or ack still names host block h."""
         dst = self.transfer_dst
         return (
             any(t.dst == h for t in self.down.values())

@@ -314,6 +314,19 @@ def test_worker_replacement_inside() -> None:
     assert "gone" not in w.tables.tables
 
 
+def test_restart_drops_unreported_acks_and_keeps_running_copies() -> None:
+    w = worker()
+    w.apply(transfer(5, 3, 2))
+    w.apply(transfer(6, 2, 1))
+    ex = w.executor
+    assert isinstance(ex, ReferenceExecutor)
+    ex.release(1)  # 5 landed; neither ack was reported
+    assert w.restart() == (6,)  # the stream still copies 6
+    assert w.take_acks() == ((), ())  # both enqueued acks and 5's completion are gone
+    ex.release()
+    assert w.take_acks() == ((), (6,))  # a copy that was running reports as usual
+
+
 def test_worker_slots() -> None:
     w = worker()
     assert w.admit("r", [("gpu", 0)]) == 0
