@@ -301,3 +301,55 @@ def test_loss_report_must_name_transfers_the_worker_was_given() -> None:
     c.on_worker_lost((tid,))  # accepted: the stream still runs it
     sp = c.state.spill[0]
     assert sp is not None and sp.phase == "enqueued" and c.state.host_state[0] == "leased"
+
+
+def test_a_host_hit_is_no_eviction_victim_while_referenced() -> None:
+    c, kv = make()
+    c.add_request("a", ["x0"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()
+    ack(c, enq=(tid,), done=(tid,))
+    c.finish("a")  # the published page is unreferenced: an eviction candidate
+    c.add_request("b", ["x0"])
+    admission = c.admit("b")
+    assert admission is not None and admission.table == (("host", 0),)  # the prefix hit
+    assert c.evict_published() == 0  # referenced by b again: not a victim
+    assert c.state.host_state[0] == "valid"
+    c.finish("b")
+    assert c.evict_published() == 1  # unreferenced again
+    c.take_commands()  # the pending block-table replacements reach the worker
+    assert drained_problems_of(c, kv) == []
+
+
+def test_a_page_published_by_a_loss_becomes_evictable_once_unreferenced() -> None:
+    c, kv = make()
+    c.add_request("a", ["a0"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()
+    ack(c, enq=(tid,))
+    c.finish("a")  # nothing references the host page; it is not published yet
+    c.on_worker_lost(())  # the copy landed, its completed ack was lost: published
+    assert c.state.host_state[0] == "valid"
+    assert c.evict_published() == 1  # the recovery made it an eviction candidate
+    assert (c.state.host_state[0], c.state.prefix) == ("free", {})
+    assert drained_problems_of(c, kv) == []
+
+
+def test_a_page_whose_request_ended_becomes_evictable_when_its_copy_completes() -> None:
+    c, kv = make()
+    c.add_request("a", ["a0"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()
+    ack(c, enq=(tid,))
+    c.finish("a")  # ends before its completed ack: nothing references the page
+    ack(c, done=(tid,))  # published now, by the completed ack
+    assert c.state.host_state[0] == "valid"
+    assert c.evict_published() == 1  # the completion made it an eviction candidate
+    c.take_commands()  # the pending block-table replacements reach the worker
+    assert drained_problems_of(c, kv) == []
