@@ -1,0 +1,69 @@
+"""``hisparse bench tp``: tensor-parallel ranks on GPUs, private vs shared host backing.
+
+One invocation runs three configurations of the same workload (DeepSeek-V3.2 row
+shape), each a full verified run (every resolved row bit for bit, invariants every
+step): one rank on one GPU (the baseline), two ranks with private pinned pools, two
+ranks on one shared registered allocation. Per rank it reports the resolver's device
+time per decode step, the spill work's device time per step (a shared-backing reader's
+is its wait for the writer's copy event), and the pool's host memory: bytes page-locked
+per process and the physical bytes in total (private: one pool per rank; shared: one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hisparse.tp import TpOptions, launch
+
+BENCH_SHAPE = TpOptions(
+    requests=48, steps=200, layers=2, top_k=512, block_tokens=64, row_bytes=656,
+    gpu_blocks=96, host_blocks=1024, min_pages=8, max_pages=24, prefixes=3, prefix_pages=4,
+    arrival_rate=0.5, concurrency=8, spill_rate=0.7,
+)
+"""Per rank: 2 caches x 1024 host blocks x 64 tokens x 656 B = 86 MB of host pool."""
+
+
+def run(ranks: int = 2, transport: str = "torch") -> dict[str, Any]:
+    runs: dict[str, Any] = {}
+    configs = [("single_gpu", replace(BENCH_SHAPE, ranks=1, backing="private")),
+               ("private", replace(BENCH_SHAPE, ranks=ranks, backing="private")),
+               ("shared", replace(BENCH_SHAPE, ranks=ranks, backing="shared"))]
+    for name, o in configs:
+        reports = launch(o, transport=transport, timeout_s=500)
+        bad = sum(r["mismatches"] for r in reports)
+        pinned = [r["memory"]["pinned_bytes"] for r in reports]
+        runs[name] = {
+            "ranks": o.ranks,
+            "backing": o.backing,
+            "mismatches": bad,
+            "pool_bytes_per_rank_view": o.host_pool_bytes,
+            "pinned_bytes_per_process": pinned,
+            "host_pool_physical_bytes": o.host_pool_bytes if o.backing == "shared"
+            else sum(pinned),
+            "reports": reports,
+        }
+    from hisparse.bench.gpu import environment
+
+    return {"environment": environment(), "shape": BENCH_SHAPE.__dict__, "runs": runs}
+
+
+def lines(doc: dict[str, Any]) -> list[str]:
+    """The figures as printed (and pasted into BENCHMARKS.md)."""
+    out = []
+    for name, r in doc["runs"].items():
+        out.append(f"{name}: {r['ranks']} rank(s), {r['backing']} backing, host pool physical "
+                   f"{r['host_pool_physical_bytes'] / 1e6:.1f} MB, pinned per process "
+                   f"{[round(b / 1e6, 1) for b in r['pinned_bytes_per_process']]} MB, "
+                   f"mismatches {r['mismatches']}")
+        for rep in r["reports"]:
+            m = rep["memory"]
+            out.append(
+                f"  rank {rep['rank']} ({rep['role']}): resolve {rep['resolve_us_median']:.1f} µs"
+                f" median of {rep['resolve_us_n']}, spill {rep['spill_us_median'] or 0:.1f} µs "
+                f"median of {rep['spill_us_n']}, misses {rep['misses']}, rows checked "
+                f"{rep['rows_checked']}, RSS {m.get('vmrss_bytes', 0) / 1e6:.0f} MB "
+                f"(shmem {m.get('rssshmem_bytes', 0) / 1e6:.0f} MB), wall {m['wall_ms']} ms")
+        coord = r["reports"][0]["coordinator"]
+        out.append(f"  coordinator: {coord}")
+    return out
