@@ -41,5 +41,6 @@ def test_two_gpu_ranks_resolve_every_row_bit_for_bit(backing: str) -> None:
         assert [r["role"] for r in reports] == ["writer", "reader"]
         assert all(r["memory"]["pinned_bytes"] == pool for r in reports)  # one registration
         assert reports[1]["spill_us_n"] > 0  # the reader took (ordered) spill commands
+        assert reports[1]["refusals_checked"] == 2  # unannounced events: refused, no change
     else:
         assert all(r["memory"]["pinned_bytes"] == pool for r in reports)  # one pool each

@@ -201,6 +201,7 @@ class RankReport:
     hot_hits: int = 0
     misses: int = 0
     spills_taken: int = 0
+    refusals_checked: int = 0  # a shared reader's probes of the announce-first rule
     resolve_us: list[float] = field(default_factory=list)
     spill_us: list[float] = field(default_factory=list)
     memory: dict[str, int] = field(default_factory=dict)
@@ -417,6 +418,36 @@ def build_executor(o: TpOptions, group: Group) -> tuple[Executor[Any], str]:
 # -- the lockstep loop ----------------------------------------------------------------------
 
 
+def _has_transfers(meta: str | None) -> bool:
+    return meta is not None and bool(CONNECTOR_METADATA.validate_json(meta).transfers)
+
+
+def _probe_unannounced(side: RankSide, executor: Any, meta: str) -> None:
+    """On the real reader, once: commands whose writer events are not announced yet are
+    refused whole (nothing taken, nothing queued), and so is a wait on an unannounced
+    record (it would bind to the ring slot's older record)."""
+    from hisparse.executor.cuda.ipc import EventNotRecorded
+    from hisparse.executor.cuda.tp import WriterEventMissing
+
+    before = (executor.queued(), dict(executor._writer_record), side.worker._enqueued[:])
+    try:
+        side.wconn.bind_connector_metadata(meta.encode())
+    except WriterEventMissing:
+        side.report.refusals_checked += 1
+    else:
+        raise TpRunFailed("a reader took commands before the writer's events were announced")
+    try:
+        executor.writer.wait(executor.stream, executor.writer.ring.announced + 1)
+    except EventNotRecorded:
+        side.report.refusals_checked += 1
+    else:
+        raise TpRunFailed("a reader waited on an unannounced record")
+    after = (executor.queued(), dict(executor._writer_record), side.worker._enqueued[:])
+    if after != before:
+        raise TpRunFailed(f"a refusal changed the reader: {before} -> {after}")
+
+
+
 def run_rank(o: TpOptions, group: Group) -> dict[str, Any]:
     """One rank's whole run; rank 0 also schedules. Returns this rank's report."""
     config = o.config()
@@ -441,6 +472,8 @@ def run_rank(o: TpOptions, group: Group) -> dict[str, Any]:
             ann = executor.take_announcement() if role == "writer" else None  # type: ignore[attr-defined]
             got = group.broadcast(json.dumps(ann).encode() if role == "writer" else None)
             if role == "reader":
+                if not rep.refusals_checked and _has_transfers(plan["meta"]):
+                    _probe_unannounced(side, executor, plan["meta"])
                 executor.learn({int(k): v for k, v in json.loads(got).items()})  # type: ignore[attr-defined]
                 side.apply(plan["meta"])
         digest = side.decode(plan["topk"], plan["step"])
