@@ -3,10 +3,12 @@
 One invocation runs three configurations of the same workload (DeepSeek-V3.2 row
 shape), each a full verified run (every resolved row bit for bit, invariants every
 step): one rank on one GPU (the baseline), two ranks with private pinned pools, two
-ranks on one shared registered allocation. Per rank it reports the resolver's device
-time per decode step, the spill work's device time per step (a shared-backing reader's
-is its wait for the writer's copy event), and the pool's host memory: bytes page-locked
-per process and the physical bytes in total (private: one pool per rank; shared: one).
+ranks on one shared registered allocation. Per rank it reports the device time of a
+decode step (resolver launch on the leader cache, replay on its follower), of a step's
+spill work (a copy launch; for a shared-backing reader, its ordering after the writer's
+copy event), and the pool's host memory: bytes page-locked per process, the physical
+bytes in total (private: one pool per rank; shared: one), and the machine's ``Shmem``
+before and after (pinned and /dev/shm pages both count there).
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ def lines(doc: dict[str, Any]) -> list[str]:
         for rep in r["reports"]:
             m = rep["memory"]
             out.append(
-                f"  rank {rep['rank']} ({rep['role']}): resolve {rep['resolve_us_median']:.1f} µs"
+                f"  rank {rep['rank']} ({rep['role']}): decode {rep['resolve_us_median']:.1f} µs"
                 f" median of {rep['resolve_us_n']}, spill {rep['spill_us_median'] or 0:.1f} µs "
-                f"median of {rep['spill_us_n']}, misses {rep['misses']}, rows checked "
+                f"median of {rep['spill_us_n']} ({rep['copied_bytes'] / 1e6:.1f} MB copied), "
+                f"misses {rep['misses']}, rows checked "
                 f"{rep['rows_checked']}, RSS {m.get('vmrss_bytes', 0) / 1e6:.0f} MB "
                 f"(shmem {m.get('rssshmem_bytes', 0) / 1e6:.0f} MB), wall {m['wall_ms']} ms")
         coord = r["reports"][0]["coordinator"]

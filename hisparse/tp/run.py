@@ -42,6 +42,9 @@ from hisparse.worker import DecodeResult, HiSparseWorker
 from hisparse.workload import Arrival, SyntheticShape, synthetic
 
 EXECUTORS = ("cuda", "reference")
+SPIN_US = 2000.0
+"""Device time a timed region's spin kernel holds its stream: longer than the host's
+queueing of a decode step or a step's spills."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,7 @@ class RankReport:
     hot_hits: int = 0
     misses: int = 0
     spills_taken: int = 0
+    copied_bytes: int = 0  # device -> host spill bytes this rank copied
     refusals_checked: int = 0  # a shared reader's probes of the announce-first rule
     resolve_us: list[float] = field(default_factory=list)
     spill_us: list[float] = field(default_factory=list)
@@ -232,6 +236,7 @@ class RankSide:
         self.report = report
         self.rng = random.Random(f"tp-acks-{o.seed}-{report.rank}")
         self.cuda = o.executor == "cuda"
+        self._spin: Any = None
 
     def front(self, plan: dict[str, Any]) -> None:
         """Releases, then admissions with their prefill, on the worker and the oracle."""
@@ -335,13 +340,23 @@ class RankSide:
         return getattr(self.executor, "spill_stream", None)
 
     def _timer(self, stream: Any) -> Any:
-        """Device time of what is queued on ``stream`` until the returned call (µs)."""
+        """Device time of what is queued on ``stream`` until the returned call (µs).
+
+        A spin kernel first holds the stream, so the host has queued the start event,
+        the work and the end event before the device reaches them: the figure is the
+        work's device time, not Python's launch gaps (``hisparse.bench.gpu``)."""
         if stream is None or not self.cuda:
             return None
+        from hisparse.bench.gpu import GpuTimer
         from hisparse.executor.cuda.backend import load_cupy
 
         cupy = load_cupy()
+        if self._spin is None:
+            self._spin = GpuTimer(spin_us=SPIN_US, flush=False)
+        spin = self._spin
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        with stream:
+            spin.spin((1,), (1,), (cupy.int64(spin.spin_cycles),))
         start.record(stream)
 
         def stop() -> float:
@@ -492,6 +507,7 @@ def run_rank(o: TpOptions, group: Group) -> dict[str, Any]:
             sched.consume([p["acks"].encode() for p in parts])
     else:
         raise TpRunFailed("the run did not drain")
+    rep.copied_bytes = 0 if role == "reader" else side.worker.d2h_bytes
     rep.memory = _memory(int(getattr(arena, "pinned_bytes", 0)))
     rep.memory.update({f"start_{k}": v for k, v in before.items() if k != "pinned_bytes"})
     rep.memory["wall_ms"] = int((time.perf_counter() - wall) * 1000)
