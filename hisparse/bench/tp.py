@@ -43,6 +43,8 @@ def run(ranks: int = 2, transport: str = "torch") -> dict[str, Any]:
             "pinned_bytes_per_process": pinned,
             "host_pool_physical_bytes": o.host_pool_bytes if o.backing == "shared"
             else sum(pinned),
+            "machine_shmem_delta_bytes": reports[0]["memory"].get("shmem_bytes", 0)
+            - reports[0]["memory"].get("start_shmem_bytes", 0),
             "reports": reports,
         }
     from hisparse.bench.gpu import environment
@@ -57,6 +59,7 @@ def lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"{name}: {r['ranks']} rank(s), {r['backing']} backing, host pool physical "
                    f"{r['host_pool_physical_bytes'] / 1e6:.1f} MB, pinned per process "
                    f"{[round(b / 1e6, 1) for b in r['pinned_bytes_per_process']]} MB, "
+                   f"machine Shmem +{r['machine_shmem_delta_bytes'] / 1e6:.1f} MB, "
                    f"mismatches {r['mismatches']}")
         for rep in r["reports"]:
             m = rep["memory"]
