@@ -19,11 +19,12 @@ from typing import Any
 from hisparse.tp import TpOptions, launch
 
 BENCH_SHAPE = TpOptions(
-    requests=48, steps=200, layers=2, top_k=512, block_tokens=64, row_bytes=656,
-    gpu_blocks=96, host_blocks=1024, min_pages=8, max_pages=24, prefixes=3, prefix_pages=4,
+    requests=48, steps=200, layers=2, top_k=2048, block_tokens=64, row_bytes=656,
+    gpu_blocks=384, host_blocks=2048, min_pages=16, max_pages=64, prefixes=3, prefix_pages=8,
     arrival_rate=0.5, concurrency=8, spill_rate=0.7,
 )
-"""Per rank: 2 caches x 1024 host blocks x 64 tokens x 656 B = 86 MB of host pool."""
+"""DeepSeek-V3.2's row (656 B) and top-K (2048), contexts of 1-4k tokens; per rank the
+host pool is 2 caches x 2048 blocks x 64 tokens x 656 B = 172 MB."""
 
 
 def run(ranks: int = 2, transport: str = "torch") -> dict[str, Any]:
