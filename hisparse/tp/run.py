@@ -33,7 +33,7 @@ from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
-from hisparse.simulate import rows_of
+from hisparse.simulate import locality_topk, rows_of
 from hisparse.spec.invariants import check_invariants
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META
 from hisparse.tp.group import Group
@@ -163,18 +163,7 @@ class Scheduler:
         }
 
     def _topk(self, r: str) -> NDArray[np.int32]:
-        """Locality: the recent tail, a cluster round a drifting centre, a few random."""
-        n = len(self.pages[r]) * self.o.block_tokens
-        k, rng = self.o.top_k, self.rng
-        if n <= k:
-            out = np.full(k, -1, np.int32)
-            out[:n] = np.arange(n, dtype=np.int32)
-            return out
-        tail = list(range(n - k // 4, n))
-        centre = rng.randrange(n)
-        cluster = [min(n - 1, max(0, centre + rng.randint(-k, k))) for _ in range(k // 2)]
-        rand = [rng.randrange(n) for _ in range(k - len(tail) - len(cluster))]
-        return np.array(tail + cluster + rand, dtype=np.int32)
+        return locality_topk(self.rng, len(self.pages[r]) * self.o.block_tokens, self.o.top_k)
 
     def consume(self, metas: list[bytes]) -> None:
         """Every rank's acks: merged by the W-rank rule, then consumed; invariants checked."""
