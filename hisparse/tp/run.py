@@ -32,6 +32,7 @@ from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
+from hisparse.executor.cuda.tp import SharedReaderExecutor, SharedWriterExecutor
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.simulate import locality_topk, rows_of
 from hisparse.spec.invariants import check_invariants
@@ -394,8 +395,6 @@ def build_executor(o: TpOptions, group: Group) -> tuple[Executor[Any], str]:
     if o.backing == "private":
         return CudaExecutor(**shape), "private"
     from hisparse.executor.cuda.hostmem import SharedHost, SharedHostFile
-    from hisparse.executor.cuda.tp import SharedReaderExecutor, SharedWriterExecutor
-
     path = Path(o.shm_path)
     if group.rank == 0:
         file = SharedHostFile(path, o.host_pool_bytes, create=True)
@@ -422,11 +421,30 @@ def build_executor(o: TpOptions, group: Group) -> tuple[Executor[Any], str]:
 # -- the lockstep loop ----------------------------------------------------------------------
 
 
+def _take_commands(side: RankSide, group: Group, meta: str | None) -> None:
+    """The step's commands. Private: every rank takes them. Shared: the writer first; its
+    announcement (which record covers each copy) crosses to the readers, who take them
+    only then."""
+    executor = side.executor
+    if isinstance(executor, SharedWriterExecutor):
+        side.apply(meta)
+        group.broadcast(json.dumps(executor.take_announcement()).encode())
+    elif isinstance(executor, SharedReaderExecutor):
+        announced = json.loads(group.broadcast(None))
+        if not side.report.refusals_checked and _has_transfers(meta):
+            assert meta is not None
+            _probe_unannounced(side, executor, meta)
+        executor.learn({int(k): v for k, v in announced.items()})
+        side.apply(meta)
+    else:
+        side.apply(meta)
+
+
 def _has_transfers(meta: str | None) -> bool:
     return meta is not None and bool(CONNECTOR_METADATA.validate_json(meta).transfers)
 
 
-def _probe_unannounced(side: RankSide, executor: Any, meta: str) -> None:
+def _probe_unannounced(side: RankSide, executor: SharedReaderExecutor, meta: str) -> None:
     """On the real reader, once: commands whose writer events are not announced yet are
     refused whole (nothing taken, nothing queued), and so is a wait on an unannounced
     record (it would bind to the ring slot's older record)."""
@@ -468,20 +486,9 @@ def run_rank(o: TpOptions, group: Group) -> dict[str, Any]:
         if plan["done"]:
             break
         side.front(plan)
-        if role == "private":
-            side.apply(plan["meta"])
-        else:
-            if role == "writer":
-                side.apply(plan["meta"])
-            ann = executor.take_announcement() if role == "writer" else None  # type: ignore[attr-defined]
-            got = group.broadcast(json.dumps(ann).encode() if role == "writer" else None)
-            if role == "reader":
-                if not rep.refusals_checked and _has_transfers(plan["meta"]):
-                    _probe_unannounced(side, executor, plan["meta"])
-                executor.learn({int(k): v for k, v in json.loads(got).items()})  # type: ignore[attr-defined]
-                side.apply(plan["meta"])
+        _take_commands(side, group, plan["meta"])
         digest = side.decode(plan["topk"], plan["step"])
-        reads = executor.mark_reads() if role == "reader" else 0  # type: ignore[attr-defined]
+        reads = executor.mark_reads() if isinstance(executor, SharedReaderExecutor) else 0
         acks = side.acks(plan["drain"])
         out = group.gather(json.dumps({"acks": acks.decode(), "reads": reads,
                                        "digest": digest}).encode())
@@ -490,9 +497,10 @@ def run_rank(o: TpOptions, group: Group) -> dict[str, Any]:
             parts = [json.loads(x) for x in out]
             if len({p["digest"] for p in parts}) != 1:
                 rep.mismatches += 1  # the ranks resolved different bytes
-            for rank, p in enumerate(parts):
-                if role == "writer" and rank and p["reads"]:
-                    executor.reads_done(rank, p["reads"])  # type: ignore[attr-defined]
+            if isinstance(executor, SharedWriterExecutor):
+                for rank, p in enumerate(parts):
+                    if rank and p["reads"]:
+                        executor.reads_done(rank, p["reads"])
             sched.consume([p["acks"].encode() for p in parts])
     else:
         raise TpRunFailed("the run did not drain")
