@@ -44,3 +44,14 @@ def test_two_gpu_ranks_resolve_every_row_bit_for_bit(backing: str) -> None:
         assert reports[1]["refusals_checked"] == 2  # unannounced events: refused, no change
     else:
         assert all(r["memory"]["pinned_bytes"] == pool for r in reports)  # one pool each
+
+
+def test_two_ranks_on_one_gpu_share_one_host_pool() -> None:
+    """Shared backing where one GPU is all there is: two processes, one device, the
+    same inter-process events and registered file; every row bit for bit."""
+    reports = launch(TpOptions(ranks=2, backing="shared", executor="cuda", gpus=1),
+                     transport="pipe", timeout_s=400)
+    assert [r["role"] for r in reports] == ["writer", "reader"]
+    assert all(r["mismatches"] == 0 and r["rows_checked"] > 10_000 for r in reports)
+    assert reports[1]["refusals_checked"] == 2 and reports[1]["misses"] > 0
+    assert reports[0]["coordinator"]["open_spills"] == 0

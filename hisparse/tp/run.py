@@ -73,6 +73,11 @@ class TpOptions:
     spill_rate: float = 0.5  # chance per step of spilling a running request's oldest page
     abort_rate: float = 0.02
     shm_path: str = ""  # shared backing: the /dev/shm file (launch picks one)
+    gpus: int = 0  # GPUs the ranks are spread over (rank r on GPU r % gpus); 0: one each
+
+    def device(self, rank: int) -> int:
+        """The GPU of ``rank``."""
+        return rank % self.gpus if self.gpus else rank
 
     def config(self) -> HiSparseConfig:
         return HiSparseConfig(
@@ -388,10 +393,11 @@ def build_executor(o: TpOptions, group: Group) -> tuple[Executor[Any], str]:
     from hisparse.executor.cuda import CudaExecutor
     from hisparse.executor.cuda.backend import load_cupy
 
-    load_cupy().cuda.Device(group.rank).use()
+    device = o.device(group.rank)
+    load_cupy().cuda.Device(device).use()
     max_positions = o.max_pages * o.block_tokens
     shape: dict[str, Any] = {"top_k": o.top_k, "max_positions": max_positions,
-                             "device": group.rank}
+                             "device": device}
     if o.backing == "private":
         return CudaExecutor(**shape), "private"
     from hisparse.executor.cuda.hostmem import SharedHost, SharedHostFile
