@@ -12,12 +12,16 @@ from hisparse.executor.errors import (
     BadHostRead,
     BadPlan,
     BadTransfer,
+    CopyWaitExpired,
     ExecutorConfigError,
     ExecutorError,
     HotCapacityError,
+    LaunchConflict,
+    LaunchRefused,
     PendingHostWrite,
+    StaleStep,
 )
-from hisparse.executor.layout import PoolSpec, hot_rows_needed
+from hisparse.executor.layout import PoolLayout, min_hot_rows
 from hisparse.executor.reference import ReferenceExecutor, ReferencePools
 
 __all__ = [
@@ -26,15 +30,19 @@ __all__ = [
     "BadPlan",
     "BadTransfer",
     "CachePools",
+    "CopyWaitExpired",
     "Executor",
     "ExecutorConfigError",
     "ExecutorError",
     "HotCapacityError",
+    "LaunchConflict",
+    "LaunchRefused",
     "PendingHostWrite",
-    "PoolSpec",
+    "PoolLayout",
     "ReferenceExecutor",
     "ReferencePools",
     "ResolveBatch",
     "ResolveResult",
-    "hot_rows_needed",
+    "StaleStep",
+    "min_hot_rows",
 ]

@@ -16,27 +16,28 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 
 __all__ = [
-    "CachePools", "Executor", "PoolSpec", "ResolveBatch", "ResolveResult", "Resolved", "Spill",
+    "CachePools", "Executor", "PoolLayout", "ResolveBatch", "ResolveResult", "Resolved",
+    "SpillCopy",
 ]
 
-EMPTY = -1
+NO_ENTRY = -1
 """``hot_tag`` / ``hot_stamp`` of a hot row that holds nothing; also padding in ``topk``."""
 
 
 class CachePools(Protocol):
     """One cache's (one layer's) pools, as ``Executor.allocate`` returns them.
 
-    ``device``: uint8 [spec.device_rows, row_bytes], resident rows then hot rows.
-    ``host``: uint8 [spec.host_rows, row_bytes], as a direct CPU reader may see it.
+    ``device``: uint8 [layout.device_rows, row_bytes], resident rows then hot rows.
+    ``host``: uint8 [layout.host_rows, row_bytes], as a direct CPU reader may see it.
     ``hot_tag``: int64 [slots, H], the logical position each hot row holds, or -1.
     ``hot_stamp``: int64 [slots, H], the step that last used each hot row, or -1.
     """
 
     @property
-    def spec(self) -> PoolSpec: ...
+    def layout(self) -> PoolLayout: ...
 
     @property
     def device(self) -> NDArray[np.uint8]: ...
@@ -90,7 +91,7 @@ class ResolveResult:
     hot_hits: int
     misses: int
 
-    def host(self) -> ResolveResult:
+    def to_host(self) -> ResolveResult:
         """Already on the host: itself (see ``Resolved``)."""
         return self
 
@@ -98,7 +99,7 @@ class ResolveResult:
 class Resolved(Protocol):
     """What ``Executor.resolve`` returns: ``rows`` for attention, ``plan`` for ``replay``.
 
-    Both may live on the device; ``host()`` is the one explicit (and, on an accelerator,
+    Both may live on the device; ``to_host()`` is the one explicit (and, on an accelerator,
     synchronizing) way to see the whole result as a ``ResolveResult``.
     """
 
@@ -108,10 +109,10 @@ class Resolved(Protocol):
     @property
     def plan(self) -> Any: ...
 
-    def host(self) -> ResolveResult: ...
+    def to_host(self) -> ResolveResult: ...
 
 
-Spill = tuple[int, int, int]
+SpillCopy = tuple[int, int, int]
 """One spill copy: (transfer ID, source GPU block, destination host block)."""
 
 
@@ -127,7 +128,7 @@ class Executor(Protocol[PoolsT]):
     *completed* ack (the bytes are in the host pool and may be published).
     """
 
-    def allocate(self, spec: PoolSpec, *, lru: bool = True) -> PoolsT:
+    def allocate(self, layout: PoolLayout, *, lru: bool = True) -> PoolsT:
         """Pools for one cache: zeroed bytes, every hot row empty (tag and stamp -1).
 
         ``lru=False`` is for index-sharing followers: no ``hot_tag``/``hot_stamp`` rows
@@ -146,7 +147,7 @@ class Executor(Protocol[PoolsT]):
         """
         ...
 
-    def enqueue_spills(self, pools: PoolsT, spills: Sequence[Spill]) -> None:
+    def enqueue_spills(self, pools: PoolsT, spills: Sequence[SpillCopy]) -> None:
         """``enqueue_spill`` for a whole step's spills of one cache, all or nothing."""
         ...
 

@@ -6,6 +6,9 @@ catches one holds exactly the pools it had before the call.
 
 from __future__ import annotations
 
+# The hot-row minimum, as every message states it (executor/layout.py computes it).
+HOT_ROWS_RULE = "(num_speculative_tokens + 1) x top_k"
+
 
 class ExecutorError(Exception):
     """Base class of every error an executor raises."""
@@ -30,15 +33,15 @@ class BadPlan(ExecutorError):
 class HotCapacityError(ExecutorError):
     """A slot's hot rows not already in use by this batch cannot hold an entry's misses.
 
-    Configuration prevents it (``hot_rows >= entries_per_slot * K``); seeing it means the
-    pools were sized for fewer speculative steps or a smaller top-K than the batch uses.
+    Configuration prevents it (``hot_rows >= HOT_ROWS_RULE``, ``min_hot_rows``); seeing it
+    means the pools were sized for fewer speculative steps or a smaller top-K than the
+    batch uses.
     """
 
     def __init__(self, entry: int, slot: int, needed: int, free: int) -> None:
         super().__init__(
             f"entry {entry} (slot {slot}) misses {needed} positions but only {free} hot rows "
-            "are not in use by this batch; raise hot_rows to at least "
-            "(speculative steps + 1) * K"
+            f"are not in use by this batch; raise hot_rows to at least {HOT_ROWS_RULE}"
         )
         self.entry = entry
         self.slot = slot
@@ -64,3 +67,51 @@ class PendingHostWrite(ExecutorError):
         )
         self.host_block = host_block
         self.transfer_id = transfer_id
+
+
+class LaunchRefused(ExecutorError):
+    """Blocks of a resolver launch refused on the device; raised by the next host call.
+
+    A refused block changes no pool state and leaves its entry empty (rows -1, no plan),
+    so nothing downstream reads a stale or uninitialized row; the host learns of it from
+    mapped pinned memory at its next call, with no sync on the decode path.
+    """
+
+    def __init__(self, pools_what: str, blocks: int, advice: str) -> None:
+        super().__init__(f"{blocks} resolver block(s) refused: {pools_what}; {advice}")
+        self.blocks = blocks
+
+
+class StaleStep(LaunchRefused):
+    """A launch's step was not above the last completed launch's on the same pools (a
+    CUDA-graph replay without a new step): the whole launch refused, nothing changed."""
+
+    def __init__(self, blocks: int) -> None:
+        super().__init__(
+            "the launch's step did not exceed the last completed launch's step on these "
+            "pools (a graph replay without a new step)", blocks,
+            "raise the step before every launch; the pools are unchanged",
+        )
+
+
+class LaunchConflict(LaunchRefused):
+    """Another launch held the pools (two launches at once, or one that never finished):
+    the pools are poisoned and every launch refuses until ``CudaExecutor.recover``."""
+
+    def __init__(self, blocks: int) -> None:
+        super().__init__(
+            "another launch held these pools (concurrent launches on one cache, or a "
+            "launch that never finished)", blocks,
+            "every launch on these pools refuses until CudaExecutor.recover(pools)",
+        )
+
+
+class CopyWaitExpired(LaunchRefused):
+    """A copy helper's bounded wait for a published plan expired (an invariant broke):
+    its share of the copies was skipped; recover the pools."""
+
+    def __init__(self, blocks: int) -> None:
+        super().__init__(
+            "a copy helper waited too long for a miss plan and skipped its copies", blocks,
+            "the hot rows may be incomplete: CudaExecutor.recover(pools)",
+        )

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from hisparse.executor.errors import ExecutorConfigError
+from hisparse.executor.errors import HOT_ROWS_RULE, ExecutorConfigError
 
 ROW_ALIGN = 16
 """Row size granularity in bytes: the GPU copy kernel moves 16-byte vectors."""
 
 
 @dataclass(frozen=True)
-class PoolSpec:
+class PoolLayout:
     """Sizes of one cache's pools; validated on construction.
 
     ``hot_rows`` is H, the hot rows of one request slot; ``slots`` is the number of
@@ -40,12 +40,8 @@ class PoolSpec:
                 )
             if value < 1:
                 raise ExecutorConfigError(f"{f.name} must be at least 1, got {value}")
-        if self.row_bytes % ROW_ALIGN:
-            up = -(-self.row_bytes // ROW_ALIGN) * ROW_ALIGN
-            raise ExecutorConfigError(
-                f"row_bytes must be a multiple of {ROW_ALIGN} for the GPU copy kernel, "
-                f"got {self.row_bytes}; pad rows to {up}"
-            )
+        if why := row_bytes_problem(self.row_bytes):
+            raise ExecutorConfigError(why)
 
     @property
     def resident_rows(self) -> int:
@@ -75,10 +71,40 @@ class PoolSpec:
         return host_block * self.block_tokens + offset
 
 
-def hot_rows_needed(top_k: int, entries_per_slot: int) -> int:
+def row_bytes_problem(row_bytes: int) -> str | None:
+    """Why ``row_bytes`` cannot be laid out (None: it can): the one alignment rule."""
+    if row_bytes % ROW_ALIGN == 0:
+        return None
+    up = -(-row_bytes // ROW_ALIGN) * ROW_ALIGN
+    return (
+        f"row_bytes={row_bytes} is not a multiple of {ROW_ALIGN} for the GPU copy kernel: "
+        f"pad rows to {up} (DeepSeek-V3.2 FP8 MLA uses 656)"
+    )
+
+
+def min_hot_rows(top_k: int, num_speculative_tokens: int) -> int:
     """Smallest H that makes ``HotCapacityError`` impossible.
 
-    Each entry adds at most K distinct rows to the rows a batch holds for its slot, so
-    ``entries_per_slot * K`` (speculative steps + 1) always leaves room for the last entry.
+    Each of a decode step's ``num_speculative_tokens + 1`` verification steps adds at
+    most K distinct rows to the rows a batch holds for its slot, so that many times K
+    always leaves room for the last one.
     """
-    return top_k * entries_per_slot
+    return (num_speculative_tokens + 1) * top_k
+
+
+def default_hot_rows(top_k: int, num_speculative_tokens: int) -> int:
+    """H when none is configured: the minimum plus one more top-K of reuse headroom
+    (2 x top_k; (num_speculative_tokens + 2) x top_k with speculation)."""
+    return min_hot_rows(top_k, num_speculative_tokens) + top_k
+
+
+def hot_rows_problem(hot_rows: int, top_k: int, num_speculative_tokens: int) -> str | None:
+    """Why ``hot_rows`` cannot hold one decode step's top-K (None: it can): the one
+    hot-row rule, with its one message."""
+    need = min_hot_rows(top_k, num_speculative_tokens)
+    if hot_rows >= need:
+        return None
+    return (
+        f"hot_rows={hot_rows} is below {need} = {HOT_ROWS_RULE}: one decode step could "
+        f"not hold its top-K; raise hot_rows to at least {need}"
+    )

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import EMPTY, ResolveBatch, ResolveResult, Spill
+from hisparse.executor.base import NO_ENTRY, ResolveBatch, ResolveResult, SpillCopy
 from hisparse.executor.errors import BadBatch, BadPlan, PendingHostWrite
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 from hisparse.executor.resolver import decide
 from hisparse.executor.stream import QueuedCopy, SpillStream
 from hisparse.executor.validate import check_batch, check_host_rows, check_plan, check_spills
@@ -26,7 +26,7 @@ from hisparse.executor.validate import check_batch, check_host_rows, check_plan,
 class ReferencePools:
     """One cache's pools as NumPy arrays (see ``CachePools``)."""
 
-    spec: PoolSpec
+    layout: PoolLayout
     device: NDArray[np.uint8]
     host: NDArray[np.uint8]
     hot_tag: NDArray[np.int64]
@@ -47,16 +47,16 @@ class ReferenceExecutor:
     def __init__(self) -> None:
         self._stream = SpillStream()
 
-    def allocate(self, spec: PoolSpec, *, lru: bool = True) -> ReferencePools:
+    def allocate(self, layout: PoolLayout, *, lru: bool = True) -> ReferencePools:
         """Zeroed pools with every hot row empty; ``lru=False`` (an index-sharing
         follower) allocates no LRU state: such pools can only be replayed into."""
-        hot_shape = (spec.slots if lru else 0, spec.hot_rows)
+        hot_shape = (layout.slots if lru else 0, layout.hot_rows)
         return ReferencePools(
-            spec=spec,
-            device=np.zeros((spec.device_rows, spec.row_bytes), dtype=np.uint8),
-            host=np.zeros((spec.host_rows, spec.row_bytes), dtype=np.uint8),
-            hot_tag=np.full(hot_shape, EMPTY, dtype=np.int64),
-            hot_stamp=np.full(hot_shape, EMPTY, dtype=np.int64),
+            layout=layout,
+            device=np.zeros((layout.device_rows, layout.row_bytes), dtype=np.uint8),
+            host=np.zeros((layout.host_rows, layout.row_bytes), dtype=np.uint8),
+            hot_tag=np.full(hot_shape, NO_ENTRY, dtype=np.int64),
+            hot_stamp=np.full(hot_shape, NO_ENTRY, dtype=np.int64),
         )
 
     def enqueue_spill(
@@ -65,15 +65,15 @@ class ReferenceExecutor:
         """Snapshot resident block ``src_gpu_block`` into the stream toward ``dst_host_block``."""
         self.enqueue_spills(pools, [(transfer_id, src_gpu_block, dst_host_block)])
 
-    def enqueue_spills(self, pools: ReferencePools, spills: Sequence[Spill]) -> None:
+    def enqueue_spills(self, pools: ReferencePools, spills: Sequence[SpillCopy]) -> None:
         """Queue several spills of one cache; all are checked before any is queued."""
-        spec = pools.spec
-        checked = check_spills(spec, spills)
+        layout = pools.layout
+        checked = check_spills(layout, spills)
         for t, _, d in checked:
             self._stream.check(t, pools.host, d)
-        bt = spec.block_tokens
+        bt = layout.block_tokens
         for t, src, d in checked:
-            start = spec.resident_row(src, 0)
+            start = layout.resident_row(src, 0)
             data = pools.device[start : start + bt].copy()
             self._stream.push(t, QueuedCopy(pools.host, d, data))
 
@@ -97,9 +97,9 @@ class ReferenceExecutor:
         Refusing rather than waiting keeps completion under the caller's control, which
         is the point of the reference stream; the CUDA executor may wait on the event.
         """
-        spec = pools.spec
-        checked = check_host_rows(spec, rows)
-        for block in np.unique(checked // spec.block_tokens):
+        layout = pools.layout
+        checked = check_host_rows(layout, rows)
+        for block in np.unique(checked // layout.block_tokens):
             tid = self._stream.pending_into(pools.host, int(block))
             if tid is not None:
                 raise PendingHostWrite(int(block), tid)
@@ -109,15 +109,15 @@ class ReferenceExecutor:
         """Empty one slot's hot rows (tags and stamps -1)."""
         if pools.hot_tag.shape[0] == 0:
             raise BadBatch("a follower's pools have no hot state to reset")
-        if not 0 <= slot < pools.spec.slots:
-            raise BadBatch(f"slot {slot} outside 0..{pools.spec.slots - 1}")
-        pools.hot_tag[slot] = EMPTY
-        pools.hot_stamp[slot] = EMPTY
+        if not 0 <= slot < pools.layout.slots:
+            raise BadBatch(f"slot {slot} outside 0..{pools.layout.slots - 1}")
+        pools.hot_tag[slot] = NO_ENTRY
+        pools.hot_stamp[slot] = NO_ENTRY
 
     def resolve(self, pools: ReferencePools, batch: ResolveBatch) -> ResolveResult:
         """Validate, decide, then commit hot state and miss copies together."""
-        check_batch(pools.spec, batch, pools.last_step)
-        d = decide(pools.spec, pools.hot_tag, pools.hot_stamp, batch)
+        check_batch(pools.layout, batch, pools.last_step)
+        d = decide(pools.layout, pools.hot_tag, pools.hot_stamp, batch)
         self._copy_plan(pools, d.plan)
         pools.hot_tag[...] = d.hot_tag
         pools.hot_stamp[...] = d.hot_stamp
@@ -132,7 +132,7 @@ class ReferenceExecutor:
 
     def replay(self, follower: ReferencePools, plan: NDArray[np.int32]) -> None:
         """Copy the follower's host rows into the hot rows a leader's plan names."""
-        check_plan(follower.spec, plan)
+        check_plan(follower.layout, plan)
         self._copy_plan(follower, plan)
 
     def write_device_rows(
@@ -140,8 +140,8 @@ class ReferenceExecutor:
     ) -> None:
         """Write whole device rows (prefill, tests)."""
         rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= pools.spec.device_rows):
-            raise BadPlan(f"device rows outside 0..{pools.spec.device_rows - 1}")
+        if rows.size and (rows.min() < 0 or rows.max() >= pools.layout.device_rows):
+            raise BadPlan(f"device rows outside 0..{pools.layout.device_rows - 1}")
         pools.device[rows] = data
 
     def read_device_rows(
@@ -161,5 +161,5 @@ class ReferenceExecutor:
 
     def _copy_plan(self, pools: ReferencePools, plan: NDArray[np.int32]) -> None:
         src = plan[:, 1].astype(np.int64)
-        bytes_ = self._stream.device_view(pools.host, src, pools.spec.block_tokens)
+        bytes_ = self._stream.device_view(pools.host, src, pools.layout.block_tokens)
         pools.device[plan[:, 0]] = bytes_

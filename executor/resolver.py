@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import EMPTY, ResolveBatch
+from hisparse.executor.base import NO_ENTRY, ResolveBatch
 from hisparse.executor.errors import HotCapacityError
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,7 +40,7 @@ def _victims(
 
 
 def decide(
-    spec: PoolSpec,
+    layout: PoolLayout,
     hot_tag: NDArray[np.int64],
     hot_stamp: NDArray[np.int64],
     batch: ResolveBatch,
@@ -54,18 +54,18 @@ def decide(
     stamp = hot_stamp.copy()
     step = int(batch.step)
     n, k = batch.topk.shape
-    rows = np.full((n, k), EMPTY, dtype=np.int32)
+    rows = np.full((n, k), NO_ENTRY, dtype=np.int32)
     plan: list[tuple[int, int]] = []
     in_use: dict[int, NDArray[np.bool_]] = {}
     resident_hits = hot_hits = misses = 0
 
     for e in range(n):
         slot = int(batch.slots[e])
-        used = in_use.setdefault(slot, np.zeros(spec.hot_rows, dtype=np.bool_))
+        used = in_use.setdefault(slot, np.zeros(layout.hot_rows, dtype=np.bool_))
         topk, resident, host = batch.topk[e], batch.resident_row[e], batch.host_row[e]
 
         # Rules 1-2: padding stays -1; a resident position exits before any hot lookup.
-        real = topk != EMPTY
+        real = topk != NO_ENTRY
         is_resident = real & (resident >= 0)
         rows[e, is_resident] = resident[is_resident]
         resident_hits += int(is_resident.sum())
@@ -74,7 +74,7 @@ def decide(
             continue
 
         # Rule 3: hot hits refresh their stamp and join the rows this batch uses.
-        where = {int(p): j for j, p in enumerate(tag[slot]) if p != EMPTY}
+        where = {int(p): j for j, p in enumerate(tag[slot]) if p != NO_ENTRY}
         held: dict[int, int] = {}
         missing: dict[int, int] = {}  # position -> index of its first occurrence
         for i in lookups:
@@ -100,10 +100,10 @@ def decide(
             stamp[slot, j] = step
             used[j] = True
             held[p] = j
-            plan.append((spec.hot_row(slot, j), int(host[first])))
+            plan.append((layout.hot_row(slot, j), int(host[first])))
 
         for i in lookups:
-            rows[e, i] = spec.hot_row(slot, held[int(topk[i])])
+            rows[e, i] = layout.hot_row(slot, held[int(topk[i])])
         misses += len(missing)
         hot_hits += int(lookups.size) - len(missing)
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import EMPTY, ResolveBatch, Spill
+from hisparse.executor.base import NO_ENTRY, ResolveBatch, SpillCopy
 from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 
 
 def _int32_array(name: str, value: object, ndim: int) -> NDArray[np.int32]:
@@ -31,8 +31,8 @@ def _first(mask: NDArray[np.bool_]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
-def check_batch(spec: PoolSpec, batch: ResolveBatch, last_step: int | None) -> None:
-    """Raise ``BadBatch`` unless ``batch`` is well-formed for pools of ``spec``.
+def check_batch(layout: PoolLayout, batch: ResolveBatch, last_step: int | None) -> None:
+    """Raise ``BadBatch`` unless ``batch`` is well-formed for pools of ``layout``.
 
     ``last_step`` is the step of the previous successful resolve on the same pools (None
     before the first); ``batch.step`` must be a non-negative int above it, so a fresh
@@ -57,36 +57,36 @@ def check_batch(spec: PoolSpec, batch: ResolveBatch, last_step: int | None) -> N
         if arr.shape != topk.shape:
             raise BadBatch(f"{name} has shape {arr.shape}, topk has {topk.shape}")
 
-    bad_slot = (slots < 0) | (slots >= spec.slots)
+    bad_slot = (slots < 0) | (slots >= layout.slots)
     if bad_slot.any():
         e = _first(bad_slot)[0]
-        raise BadBatch(f"entry {e}: slot {slots[e]} outside 0..{spec.slots - 1}")
+        raise BadBatch(f"entry {e}: slot {slots[e]} outside 0..{layout.slots - 1}")
     starts = slots[np.r_[True, slots[1:] != slots[:-1]]] if n else slots
     if len(np.unique(starts)) != len(starts):
         raise BadBatch("entries of one slot must be consecutive (one run per slot per batch)")
 
-    if (topk < EMPTY).any():
-        e, i = _first(topk < EMPTY)
+    if (topk < NO_ENTRY).any():
+        e, i = _first(topk < NO_ENTRY)
         raise BadBatch(f"entry {e} position {i}: topk {topk[e, i]} is below -1")
-    real = topk != EMPTY
-    bad_res = real & ((resident < EMPTY) | (resident >= spec.resident_rows))
+    real = topk != NO_ENTRY
+    bad_res = real & ((resident < NO_ENTRY) | (resident >= layout.resident_rows))
     if bad_res.any():
         e, i = _first(bad_res)
         raise BadBatch(
             f"entry {e} position {i}: resident_row {resident[e, i]} outside "
-            f"-1..{spec.resident_rows - 1}"
+            f"-1..{layout.resident_rows - 1}"
         )
-    needs_host = real & (resident == EMPTY)
-    bad_host = needs_host & ((host < 0) | (host >= spec.host_rows))
+    needs_host = real & (resident == NO_ENTRY)
+    bad_host = needs_host & ((host < 0) | (host >= layout.host_rows))
     if bad_host.any():
         e, i = _first(bad_host)
         raise BadBatch(
             f"entry {e} position {i}: non-resident position needs host_row in "
-            f"0..{spec.host_rows - 1}, got {host[e, i]}"
+            f"0..{layout.host_rows - 1}, got {host[e, i]}"
         )
 
 
-def check_plan(spec: PoolSpec, plan: NDArray[np.int32]) -> None:
+def check_plan(layout: PoolLayout, plan: NDArray[np.int32]) -> None:
     """Raise ``BadPlan`` unless ``plan`` is an int32 [m, 2] of (hot row, host row) pairs.
 
     Hot rows must lie in the hot region and be distinct (a resolve fills each hot row at
@@ -97,42 +97,42 @@ def check_plan(spec: PoolSpec, plan: NDArray[np.int32]) -> None:
     ):
         raise BadPlan("plan must be an int32 array of shape [m, 2]")
     hot, src = plan[:, 0], plan[:, 1]
-    bad_hot = (hot < spec.resident_rows) | (hot >= spec.device_rows)
+    bad_hot = (hot < layout.resident_rows) | (hot >= layout.device_rows)
     if bad_hot.any():
         k = _first(bad_hot)[0]
         raise BadPlan(
             f"plan row {k}: device row {hot[k]} outside the hot region "
-            f"{spec.resident_rows}..{spec.device_rows - 1}"
+            f"{layout.resident_rows}..{layout.device_rows - 1}"
         )
-    bad_src = (src < 0) | (src >= spec.host_rows)
+    bad_src = (src < 0) | (src >= layout.host_rows)
     if bad_src.any():
         k = _first(bad_src)[0]
-        raise BadPlan(f"plan row {k}: host row {src[k]} outside 0..{spec.host_rows - 1}")
+        raise BadPlan(f"plan row {k}: host row {src[k]} outside 0..{layout.host_rows - 1}")
     if len(np.unique(hot)) != len(hot):
         raise BadPlan("plan fills one hot row twice")
 
 
-def check_host_rows(spec: PoolSpec, rows: object) -> NDArray[np.int64]:
+def check_host_rows(layout: PoolLayout, rows: object) -> NDArray[np.int64]:
     """``rows`` as a 1-d integer array of host rows, or ``BadHostRead``."""
     arr = np.asarray(rows)
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise BadHostRead("rows must be a 1-d integer array")
-    bad = (arr < 0) | (arr >= spec.host_rows)
+    bad = (arr < 0) | (arr >= layout.host_rows)
     if bad.any():
-        raise BadHostRead(f"host row {arr[bad][0]} outside 0..{spec.host_rows - 1}")
+        raise BadHostRead(f"host row {arr[bad][0]} outside 0..{layout.host_rows - 1}")
     return arr.astype(np.int64, copy=False)
 
 
-def check_spills(spec: PoolSpec, spills: Sequence[Spill]) -> list[Spill]:
+def check_spills(layout: PoolLayout, spills: Sequence[SpillCopy]) -> list[SpillCopy]:
     """``spills`` as plain ints, or ``BadTransfer``: every coordinate in range, and no
     transfer ID or destination host block twice in the batch. Collisions with copies
     already queued are the executor's to check (it holds the queue)."""
-    checked: list[Spill] = []
+    checked: list[SpillCopy] = []
     for spill in spills:
         for name, value, limit in zip(
             ("transfer_id", "src_gpu_block", "dst_host_block"),
             spill,
-            (None, spec.gpu_blocks, spec.host_blocks),
+            (None, layout.gpu_blocks, layout.host_blocks),
             strict=True,
         ):
             if not isinstance(value, int | np.integer) or isinstance(value, bool):

@@ -84,7 +84,7 @@ class BlockPool:
                 raise BlockPoolError(f"block {b} is already free")
             if b in self._pinned:
                 raise BlockPoolError(f"block {b} is pinned by a transfer")
-        if len(set(blocks)) != len(blocks):
+        if len(blocks) > 1 and len(set(blocks)) != len(blocks):  # (one block: no set)
             raise BlockPoolError(f"duplicate blocks in free({list(blocks)})")
         for b in blocks:
             self._is_free[b] = True

@@ -337,6 +337,10 @@ def _register_simulate(sub: SubParsers) -> None:
     w.add_argument("--abort-rate", type=probability, default=None,
                    help="chance per step that a running request is aborted (default: "
                    f"{d.abort_rate} synthetic, 0 mooncake: the trace has no aborts)")
+    w.add_argument("--worker-restarts", type=nonneg_int, default=d.worker_restarts,
+                   metavar="K", help="lose the worker K times at seeded steps (restart, "
+                   "and maybe that step's connector metadata); recovery through the "
+                   "public API, invariants still checked (default: 0, none)")
     z = p.add_argument_group("sizes")
     z.add_argument("--gpu-blocks", type=positive_int, default=d.gpu_blocks,
                    help="GPU KV blocks in the pool")
@@ -356,7 +360,7 @@ def _register_simulate(sub: SubParsers) -> None:
                    help="layers (layer 1 shares layer 0's indexer)")
     z.add_argument("--max-running", type=positive_int, default=d.concurrency,
                    help="requests decoding at once (hot-state slots)")
-    z.add_argument("--speculative", type=nonneg_int, default=d.speculative,
+    z.add_argument("--speculative", type=nonneg_int, default=d.num_speculative_tokens,
                    help="extra verification steps resolved per request per decode")
     r = p.add_argument_group("run and output")
     r.add_argument("--executor", choices=EXECUTORS, default=d.executor,
@@ -375,7 +379,7 @@ def _register_simulate(sub: SubParsers) -> None:
 
 
 def _simulate_options(args: argparse.Namespace) -> Any:
-    from hisparse.config import GIB
+    from hisparse.config import blocks_in
     from hisparse.simulate import DEFAULT_MOONCAKE, SimulateOptions
 
     path = args.path
@@ -387,7 +391,7 @@ def _simulate_options(args: argparse.Namespace) -> Any:
     block_bytes = args.block_tokens * args.row_bytes * args.layers
     host_blocks = args.host_blocks
     if args.host_gib is not None:
-        host_blocks = int(args.host_gib * GIB) // block_bytes
+        host_blocks = blocks_in(args.host_gib, block_bytes)
         if host_blocks < 1:
             raise argparse.ArgumentTypeError(
                 f"--host-gib {args.host_gib} holds no whole {block_bytes}-byte host block")
@@ -399,8 +403,9 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         else d.abort_rate if args.workload == "synthetic" else 0.0,
         gpu_blocks=args.gpu_blocks, host_blocks=host_blocks,
         block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
-        layers=args.layers, concurrency=args.max_running, speculative=args.speculative,
+        layers=args.layers, concurrency=args.max_running, num_speculative_tokens=args.speculative,
         executor=args.executor, check=not args.no_check, trace=args.trace,
+        worker_restarts=args.worker_restarts,
     )
 
 

@@ -8,23 +8,41 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hisparse.executor.layout import (
+    PoolLayout,
+    default_hot_rows,
+    hot_rows_problem,
+    min_hot_rows,
+    row_bytes_problem,
+)
+from hisparse.spec.state import ProtocolConfig
+
 GIB = 1 << 30
 # DeepSeek-V3.2 FP8 sparse MLA row: 512 NoPE bytes + 16 scale bytes + 128 RoPE bytes.
 DSV32_ROW_BYTES = 512 + 16 + 128
+
+
+def blocks_in(gib: float, block_bytes: int) -> int:
+    """Whole blocks of ``block_bytes`` in ``gib`` GiB (rounded down): the one conversion."""
+    return int(gib * GIB) // block_bytes
 
 
 class HiSparseConfig(BaseModel):
     """Sizes of the host tier, the hot rows and the layers sharing an indexer.
 
     ``host_pool_gib`` is the usable host capacity per data-parallel replica; the
-    realized pool is rounded down to whole host blocks (``host_blocks``).
+    realized pool is rounded down to whole host blocks (``host_blocks``). A caller that
+    counts in blocks gives ``host_pool_blocks`` instead (exactly one of the two).
+    With the engine's GPU block count this is the only input: the protocol config
+    (``protocol``) and the pools (``pool_layout``) take their shapes from it.
     ``index_leaders[i]`` is the layer whose top-K layer ``i`` uses (itself for a
     layer that owns an indexer); followers hold no LRU state of their own.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host_pool_gib: float = Field(gt=0)
+    host_pool_gib: float | None = Field(default=None, gt=0)
+    host_pool_blocks: int | None = Field(default=None, ge=1)
     block_tokens: int = Field(default=64, ge=1)
     row_bytes: int = Field(default=DSV32_ROW_BYTES, ge=1)
     top_k: int = Field(default=2048, ge=1)
@@ -37,18 +55,14 @@ class HiSparseConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> HiSparseConfig:
-        if self.row_bytes % 16:
-            raise ValueError(
-                f"row_bytes={self.row_bytes} is not a multiple of 16: pad rows to 16-byte "
-                "alignment (DeepSeek-V3.2 FP8 MLA uses 656)"
-            )
-        if self.hot_rows is not None and self.hot_rows < self.min_hot_rows:
-            raise ValueError(
-                f"hot_rows={self.hot_rows} is below {self.min_hot_rows} = "
-                f"(num_speculative_tokens + 1) x top_k: one decode step could not hold its "
-                f"top-K; raise hot_rows to at least {self.min_hot_rows} "
-                f"(default {self.default_hot_rows})"
-            )
+        if (self.host_pool_gib is None) == (self.host_pool_blocks is None):
+            raise ValueError("give exactly one of host_pool_gib and host_pool_blocks")
+        if why := row_bytes_problem(self.row_bytes):
+            raise ValueError(why)
+        if self.hot_rows is not None and (
+            why := hot_rows_problem(self.hot_rows, self.top_k, self.num_speculative_tokens)
+        ):
+            raise ValueError(f"{why} (default {self.default_hot_rows})")
         if self.host_blocks < 1:
             raise ValueError(
                 f"host_pool_gib={self.host_pool_gib} holds no whole host block of "
@@ -71,12 +85,11 @@ class HiSparseConfig(BaseModel):
 
     @property
     def min_hot_rows(self) -> int:
-        return (self.num_speculative_tokens + 1) * self.top_k
+        return min_hot_rows(self.top_k, self.num_speculative_tokens)
 
     @property
     def default_hot_rows(self) -> int:
-        """2 x top_k; (num_speculative_tokens + 2) x top_k with speculation."""
-        return (self.num_speculative_tokens + 2) * self.top_k
+        return default_hot_rows(self.top_k, self.num_speculative_tokens)
 
     @property
     def hot(self) -> int:
@@ -91,7 +104,10 @@ class HiSparseConfig(BaseModel):
     @property
     def host_blocks(self) -> int:
         """Realized host blocks: the budget rounded down to whole blocks."""
-        return int(self.host_pool_gib * GIB) // self.host_block_bytes
+        if self.host_pool_blocks is not None:
+            return self.host_pool_blocks
+        assert self.host_pool_gib is not None  # exactly one is given (checked above)
+        return blocks_in(self.host_pool_gib, self.host_block_bytes)
 
     @property
     def host_pool_bytes(self) -> int:
@@ -104,3 +120,23 @@ class HiSparseConfig(BaseModel):
 
     def is_follower(self, layer: int) -> bool:
         return self.leaders[layer] != layer
+
+    def protocol(self, gpu_blocks: int) -> ProtocolConfig:
+        """The protocol's constants for a device pool of ``gpu_blocks`` blocks."""
+        return ProtocolConfig(
+            gpu_blocks=gpu_blocks,
+            host_pool_bytes=self.host_pool_bytes,
+            host_block_bytes=self.host_block_bytes,
+        )
+
+    def pool_layout(self, gpu_blocks: int, slots: int) -> PoolLayout:
+        """The pools of one layer's cache: ``gpu_blocks`` resident blocks, ``slots``
+        requests holding hot rows at once."""
+        return PoolLayout(
+            gpu_blocks=gpu_blocks,
+            host_blocks=self.host_blocks,
+            block_tokens=self.block_tokens,
+            row_bytes=self.row_bytes,
+            hot_rows=self.hot,
+            slots=slots,
+        )

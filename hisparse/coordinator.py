@@ -37,7 +37,7 @@ from hisparse.spec.messages import (
     SparseKVPageTransfer,
     trusted,
 )
-from hisparse.spec.state import Key, Loc, Page, ProtocolConfig, ProtocolState, RequestId
+from hisparse.spec.state import Key, Loc, Page, ProtocolState, RequestId, Spill
 
 
 class RequestNeverFits(ProtocolError):
@@ -78,15 +78,7 @@ class HiSparseCoordinator:
         self.config = config
         self.kv = kv
         self.gpu_blocks = gpu_blocks
-        self.machine = ProtocolMachine(
-            ProtocolConfig(
-                gpu_blocks=gpu_blocks,
-                host_pool_bytes=config.host_pool_bytes,
-                host_block_bytes=config.host_block_bytes,
-            ),
-            check=check,
-            record=record,
-        )
+        self.machine = ProtocolMachine(config.protocol(gpu_blocks), check=check, record=record)
         self._unsent: list[int] = []  # transfers started, not yet handed to the connector
         self._sent: set[int] = set()  # handed to the connector, enqueued ack not consumed
         self._replacements: list[BlockTableReplacement] = []
@@ -125,30 +117,33 @@ class HiSparseCoordinator:
     def admit(self, request_id: RequestId) -> Admission | None:
         """Arrive: None (and nothing changes) if HMA cannot give the blocks now;
         ``RequestNeverFits`` if it never could."""
-        self.machine.check_arrive(request_id)
-        need = self.gpu_blocks_needed(request_id)
+        m = self.machine
+        m.check_arrive(request_id)
+        s = m.state
+        keys = s.page_keys[request_id]
+        hits = m.hit_len(request_id)
+        need = len(keys) - hits
         if need > self.gpu_blocks:
             raise RequestNeverFits(request_id, need, self.gpu_blocks)
         blocks = self.kv.allocate(need)
         if blocks is None:
             return None
         try:
-            self.machine.Arrive(request_id, blocks=blocks)
+            m.Arrive(request_id, blocks=blocks)
         except ProtocolError:  # unreachable after check_arrive; hand the blocks back
             self.kv.free(blocks)
             raise
-        s = self.machine.state
-        hits = len(s.page_keys[request_id]) - need
         self.prefix_hits += hits
+        loc, resident = s.loc, self._resident
         table: list[Loc] = []
         for p in s.pages_of(request_id):
-            where = s.loc[p]
+            where = loc[p]
             assert where is not None  # LivePagesReadable: a running request's pages have blocks
             table.append(where)
             if where[0] == "host":
                 self._lru.pop(where[1], None)  # referenced again: not a victim
             else:
-                self._resident[p] = None
+                resident[p] = None
         self._running[request_id] = None
         return Admission(request_id, tuple(table), hits)
 
@@ -161,16 +156,22 @@ class HiSparseCoordinator:
 
     def _end(self, r: RequestId, *, abort: bool) -> None:
         s = self.machine.state
+        hosts: list[int] = []
         pages = s.pages_of(r) if r in s.page_keys else []
-        hosts = [w[1] for p in pages if (w := s.loc[p]) is not None and w[0] == "host"]
-        freed = self.machine.Abort(r) if abort else self.machine.Finish(r)
-        self.kv.free(freed)
+        loc, resident = s.loc, self._resident
         for p in pages:
-            self._resident.pop(p, None)
+            w = loc[p]
+            if w is not None and w[0] == "host":
+                hosts.append(w[1])
+        freed = self.machine.Abort(r) if abort else self.machine.Finish(r)
+        if freed:
+            self.kv.free(freed)
+        for p in pages:
+            resident.pop(p, None)
         self._running.pop(r, None)
         for h in hosts:
             self._release_host(h)
-        self._retire([r])
+        self._retire((r,))
 
     def _release_host(self, h: int) -> None:
         """A published page nothing references becomes the newest eviction candidate."""
@@ -288,40 +289,48 @@ class HiSparseCoordinator:
         enq, done = tuple(meta.enqueued), tuple(meta.completed)
         if not enq and not done:
             return
+        sent = self._sent
         for tid in enq:
-            if tid not in self._sent:
+            if tid not in sent:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer never handed over")
         m, s = self.machine, self.machine.state
         m.check_report(enq, done)
+        # everything below is enabled (check_report): plain loops, no comprehension frames
         dst, spill = s.transfer_dst, s.spill
-        moved = [spill[dst[t]] for t in enq] if enq else []
-        closing = [dst[t] for t in done] if done else []
+        moved: list[Spill] = []
+        closing: list[int] = []
         touched: set[RequestId] = set()
-        for h in closing:
-            if (sp := spill[h]) is not None:
-                touched.add(sp.page[0])
         for tid in enq:
+            sp = spill[dst[tid]]
+            assert sp is not None  # an open transfer (check_report)
+            moved.append(sp)
             m.WorkerEnqueue(tid)
-            self._sent.discard(tid)
-        for h in closing:
+            sent.discard(tid)
+        for tid in done:
+            h = dst[tid]
+            sp = spill[h]
+            if sp is not None:
+                touched.add(sp.page[0])
+            closing.append(h)
             m.WorkerComplete(h)
         m.WorkerReport()
         m.ConsumeMeta()
+        kv, loc, keys, reps = self.kv, s.loc, s.page_keys, self._replacements
         for sp in moved:
-            assert sp is not None
-            touched.add(sp.page[0])
-            self.kv.unpin(sp.src)
-            self.kv.free([sp.src])
-            r, i = sp.page
-            where = s.loc[sp.page] if r in s.page_keys else None
+            r, i = page = sp.page
+            touched.add(r)
+            kv.unpin(sp.src)
+            kv.free((sp.src,))
+            where = loc[page] if r in keys else None
             if where is not None and where[0] == "host":
-                self._replacements.append(  # trusted values: no re-validation
+                reps.append(  # trusted values: no re-validation
                     trusted(
                         BlockTableReplacement, request_id=r, page_index=i, host_block=int(where[1])
                     )
                 )
+        host_state = s.host_state
         for h in closing:
-            if s.host_state[h] == "valid":
+            if host_state[h] == "valid":
                 self._release_host(h)
             else:  # an aborted request's or an abandoned transfer's page was discarded
                 heapq.heappush(self._host_free, h)

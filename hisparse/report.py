@@ -108,6 +108,12 @@ def result_lines(doc: Doc) -> list[str]:
         f"checks       {checks}; {doc['violations']:,} violations, "
         f"{doc['data_mismatches']:,} data mismatches (every returned row compared)",
     ]
+    if doc.get("worker_restarts"):
+        out.append(
+            f"faults       {doc['worker_restarts']:,} worker restarts recovered "
+            f"({doc.get('metas_lost', 0):,} with that step's connector metadata lost; "
+            f"{doc.get('open_at_loss', 0):,} transfers open when lost)"
+        )
     if doc.get("trace_steps") is not None:
         out.append(f"trace        {doc['trace_steps']:,} protocol steps recorded")
     out += [f"note: {n}" for n in doc["notes"]]

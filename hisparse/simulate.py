@@ -19,13 +19,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.spec.errors import InvariantViolation
-from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META
+from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
 from hisparse.worker import DecodeResult, HiSparseWorker
 from hisparse.workload import (
     Arrival,
@@ -66,7 +66,10 @@ class SimulateOptions:
     prefix_pages: int = 3
     abort_rate: float = 0.03
     concurrency: int = 12  # most requests running (decoding) at once
-    speculative: int = 0  # extra verification steps resolved per request per decode
+    num_speculative_tokens: int = 0  # extra verification steps resolved per request per decode
+    # worker losses (restarts), at seeded steps before the last arrival; each maybe
+    # also loses that step's connector metadata. 0: none (the run is as without it)
+    worker_restarts: int = 0
     check: bool = True
     trace: Path | None = None
     executor: str = "reference"  # or "cuda"
@@ -79,17 +82,18 @@ class SimulateOptions:
 EXECUTORS = ("reference", "cuda")
 
 
-def make_executor(
-    name: str, top_k: int, entries_per_slot: int, max_positions: int
-) -> Executor[Any]:
-    """The executor ``name`` (``reference`` runs anywhere; ``cuda`` needs CuPy and a GPU)."""
+def make_executor(name: str, config: HiSparseConfig, max_positions: int) -> Executor[Any]:
+    """The executor ``name`` (``reference`` runs anywhere; ``cuda`` needs CuPy and a GPU),
+    shaped by ``config``."""
     if name == "reference":
         return ReferenceExecutor()
     if name == "cuda":
         from hisparse.executor.cuda import CudaExecutor
 
         return CudaExecutor(
-            top_k=top_k, entries_per_slot=entries_per_slot, max_positions=max_positions
+            top_k=config.top_k,
+            num_speculative_tokens=config.num_speculative_tokens,
+            max_positions=max_positions,
         )
     raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
 
@@ -147,6 +151,9 @@ class SimulateReport:
     invariant_checks: int = 0  # protocol actions after which every invariant was checked
     violations: int = 0
     data_mismatches: int = 0
+    worker_restarts: int = 0  # worker losses recovered (--worker-restarts)
+    metas_lost: int = 0  # of those: the step's connector metadata never reached the worker
+    open_at_loss: int = 0  # transfers open when the worker was lost (summed over losses)
     trace_steps: int | None = None  # only with --trace
     sizes: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in SERIES})
@@ -185,14 +192,13 @@ class Simulation:
         self.o = opts
         self.arrivals = build_workload(opts) if arrivals is None else arrivals
         self.rng = random.Random(opts.seed)
-        block_bytes = opts.host_block_bytes
         leaders = tuple(0 if i == 1 else i for i in range(opts.layers))
         self.config = HiSparseConfig(
-            host_pool_gib=(opts.host_blocks * block_bytes + block_bytes // 2) / GIB,
+            host_pool_blocks=opts.host_blocks,
             block_tokens=opts.block_tokens,
             row_bytes=opts.row_bytes,
             top_k=opts.top_k,
-            num_speculative_tokens=opts.speculative,
+            num_speculative_tokens=opts.num_speculative_tokens,
             layers=opts.layers,
             index_leaders=leaders,
         )
@@ -202,9 +208,7 @@ class Simulation:
             check=opts.check, record=opts.trace is not None,
         )
         longest = max([opts.max_pages, *(len(a.page_keys) for a in self.arrivals)])
-        self.executor = make_executor(
-            opts.executor, opts.top_k, opts.speculative + 1, longest * opts.block_tokens
-        )
+        self.executor = make_executor(opts.executor, self.config, longest * opts.block_tokens)
         self.worker = HiSparseWorker(
             self.config, self.executor, gpu_blocks=opts.gpu_blocks, slots=opts.concurrency
         )
@@ -221,6 +225,19 @@ class Simulation:
             host_blocks=self.config.host_blocks, sizes=self.sizes(),
         )
         self._t = 0
+        self._losses = self._loss_steps()
+        # its own generator, so a run without losses draws exactly as before
+        self._loss_rng = random.Random(f"worker-loss-{opts.seed}")
+
+    def _loss_steps(self) -> set[int]:
+        """The steps at which the worker is lost: seeded, spread over the arrivals."""
+        k = self.o.worker_restarts
+        if k <= 0:
+            return set()
+        last = max((a.step for a in self.arrivals), default=0)
+        horizon = range(1, max(2, min(self.o.steps, last + 1)))
+        rng = random.Random(f"worker-loss-steps-{self.o.seed}")
+        return set(rng.sample(horizon, min(k, len(horizon))))
 
     def sizes(self) -> dict[str, Any]:
         """What the run was sized as (printed first)."""
@@ -232,8 +249,9 @@ class Simulation:
             "host_blocks": c.host_blocks, "host_pool_bytes": c.host_pool_bytes,
             "block_tokens": o.block_tokens, "row_bytes": o.row_bytes, "top_k": o.top_k,
             "layers": o.layers, "index_leaders": list(c.leaders), "max_running": o.concurrency,
-            "hot_rows": c.hot, "speculative": o.speculative, "executor": o.executor,
+            "hot_rows": c.hot, "speculative": o.num_speculative_tokens, "executor": o.executor,
             "seed": o.seed, "abort_rate": o.abort_rate, "check": o.check,
+            **({"worker_restarts": o.worker_restarts} if o.worker_restarts else {}),
         }
 
     # -- workload -------------------------------------------------------------
@@ -264,8 +282,8 @@ class Simulation:
         self._arrive(Arrival(self._t, r, keys, self.rng.randint(5, 40)))
 
     def _topk(self, r: str) -> NDArray[np.int32]:
-        """[S, K] for S = speculative + 1 verification steps (or [K] without speculation)."""
-        steps = [self._topk_one(r) for _ in range(self.o.speculative + 1)]
+        """[S, K] for S = num_speculative_tokens + 1 verification steps ([K] without)."""
+        steps = [self._topk_one(r) for _ in range(self.o.num_speculative_tokens + 1)]
         return steps[0] if len(steps) == 1 else np.stack(steps)
 
     def _topk_one(self, r: str) -> NDArray[np.int32]:
@@ -292,7 +310,7 @@ class Simulation:
         pages = np.array([i for i, _ in gpu], np.int64)
         blocks = np.array([g for _, g in gpu], np.int64)
         offs = np.tile(np.arange(b, dtype=np.int64), len(gpu))
-        spec = self.worker.spec
+        spec = self.worker.layout
         rows = np.array([spec.resident_row(int(g), o) for g in blocks for o in range(b)])
         keys = np.repeat(self.pages[r][pages], b)
         for h in self.worker.handles:
@@ -308,7 +326,7 @@ class Simulation:
         page = np.where(valid, pos // b, 0)
         keys = np.stack([self.pages[r][page[e]] for e, (r, _) in enumerate(entries)])
         offs = np.where(valid, pos % b, 0)
-        on_host = result.host
+        on_host = result.results_on_host
         for layer in result.rows:
             got = on_host[self.config.leaders[layer]].rows
             pools = self.worker.handles[layer].runtime.pools
@@ -356,10 +374,12 @@ class Simulation:
         rep, before_spills, before_d2h = self.report, self.coordinator.spills, self.worker.d2h_bytes
         self._schedule()
         meta = self.sched.build_connector_meta()
-        if meta is not None:  # over the process boundary as bytes, validated once
-            if self.metrics is not None:
-                self.metrics.on_connector_meta(meta, t)
-            self.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+        if t in self._losses and self._loss_rng.random() < 0.5:
+            meta = None  # this step's metadata is lost with the worker
+            rep.metas_lost += 1
+        self._bind(meta, t)
+        if t in self._losses:
+            self._lose_worker(t)
         topk = {r: self._topk(r) for r in self.running}
         hits = (0, 0, 0, 0)
         if topk:
@@ -393,6 +413,24 @@ class Simulation:
         )
         for name, value in zip(SERIES, row, strict=True):
             rep.series[name].append(int(value))
+
+    def _bind(self, meta: HiSparseConnectorMetadata | None, t: int) -> None:
+        if meta is not None:  # over the process boundary as bytes, validated once
+            if self.metrics is not None:
+                self.metrics.on_connector_meta(meta, t)
+            self.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+
+    def _lose_worker(self, t: int) -> None:
+        """The worker restarts before this step's decode (public API only): its
+        unreported acks are gone, the coordinator recovers from what the stream still
+        copies, and the re-sent block-table entries reach the worker before it reads."""
+        if self.executor.queued():  # some copies land before the loss, some after
+            self.executor.release(self._loss_rng.randint(0, len(self.executor.queued())))
+        self.report.open_at_loss += len(self.coordinator.state.open_spills)
+        busy = self.wconn.restart_worker()
+        self.sched.on_worker_lost(busy)
+        self.report.worker_restarts += 1
+        self._bind(self.sched.build_connector_meta(), t)
 
     def drain(self) -> None:
         """End of run: stop what still runs or waits and let every copy and ack arrive."""

@@ -22,7 +22,6 @@ from numpy.typing import NDArray
 
 from hisparse.config import HiSparseConfig
 from hisparse.executor.base import CachePools, Executor, ResolveBatch, Resolved, ResolveResult
-from hisparse.executor.layout import PoolSpec
 from hisparse.spec.messages import HiSparseConnectorMetadata
 from hisparse.spec.state import Loc, RequestId
 
@@ -80,28 +79,28 @@ class DecodeResult:
     row_bytes: int
 
     @cached_property
-    def host(self) -> dict[int, ResolveResult]:
+    def results_on_host(self) -> dict[int, ResolveResult]:
         """Each leader's whole result on the host (synchronizes an accelerator)."""
-        return {layer: r.host() for layer, r in self.results.items()}
+        return {layer: r.to_host() for layer, r in self.results.items()}
 
     @property
     def resident_hits(self) -> int:
-        return sum(r.resident_hits for r in self.host.values())
+        return sum(r.resident_hits for r in self.results_on_host.values())
 
     @property
     def hot_hits(self) -> int:
-        return sum(r.hot_hits for r in self.host.values())
+        return sum(r.hot_hits for r in self.results_on_host.values())
 
     @property
     def misses(self) -> int:
-        return sum(r.misses for r in self.host.values())
+        return sum(r.misses for r in self.results_on_host.values())
 
     @property
     def h2d_bytes(self) -> int:
         """Bytes copied host -> device: each miss, once per leader and per follower."""
         return sum(
             r.misses * (1 + self.followers.get(layer, 0)) * self.row_bytes
-            for layer, r in self.host.items()
+            for layer, r in self.results_on_host.items()
         )
 
 
@@ -118,18 +117,11 @@ class HiSparseWorker:
     ) -> None:
         self.config = config
         self.executor = executor
-        self.spec = PoolSpec(
-            gpu_blocks=gpu_blocks,
-            host_blocks=config.host_blocks,
-            block_tokens=config.block_tokens,
-            row_bytes=config.row_bytes,
-            hot_rows=config.hot,
-            slots=slots,
-        )
+        self.layout = config.pool_layout(gpu_blocks, slots)
         self.tables = BlockTables()
         self.handles: list[HiSparseCacheHandle] = []
         for layer, leader in enumerate(config.leaders):
-            pools = executor.allocate(self.spec, lru=layer == leader)
+            pools = executor.allocate(self.layout, lru=layer == leader)
             runtime = HiSparseRuntime(layer, leader, pools)
             self.handles.append(HiSparseCacheHandle(layer, runtime, self.tables))
         self._free_slots = list(range(slots - 1, -1, -1))
@@ -166,7 +158,7 @@ class HiSparseWorker:
 
         Everything is checked first, so a bad command changes nothing.
         """
-        spec = self.spec
+        spec = self.layout
         for t in meta.transfers:
             src_ok = 0 <= t.src_gpu_block < spec.gpu_blocks
             if not (src_ok and 0 <= t.dst_host_block < spec.host_blocks):
@@ -214,7 +206,7 @@ class HiSparseWorker:
         A request's top-K is [K], or [S, K] for S speculative verification steps,
         which become S consecutive entries of its slot, resolved in order.
         """
-        b = self.spec.block_tokens
+        b = self.layout.block_tokens
         per = {r: np.atleast_2d(t) for r, t in topk.items()}
         names = [r for r, t in per.items() for _ in range(t.shape[0])]
         k = next(iter(per.values())).shape[1] if per else 0
@@ -252,4 +244,4 @@ class HiSparseWorker:
                 continue
             result = self.executor.resolve(rt.pools, self.batch(topk_by_leader[h.layer], step))
             rows[h.layer], results[h.layer] = result.rows, result
-        return DecodeResult(rows, results, dict(followers), self.spec.row_bytes)
+        return DecodeResult(rows, results, dict(followers), self.layout.row_bytes)

@@ -4,7 +4,9 @@ Each action first checks the spec's enabling condition and every argument, and
 raises a typed error (``ActionNotEnabled``, ``UnknownTransfer``) before it
 touches anything; only then does it apply the spec's effect. So a refused
 action leaves the state exactly as it was. ``bug`` in the config switches on
-the same injected defects as the spec's ``Bug`` constant.
+the same injected defects as the spec's ``Bug`` constant: each is a variant
+registered in spec/catalogue.py that replaces one named small step below (a guard
+or an effect), so the production rules name no bug.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from types import MethodType
 from typing import Any, cast
 
+from hisparse.spec.catalogue import variant
 from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.invariants import check_invariants
 from hisparse.spec.lifecycle import HOST_PAGE, REQUEST, TRANSFER
@@ -66,6 +70,9 @@ class ProtocolMachine:
         self.steps: list[StepRecord] | None = [] if record else None
         self.observer: Observer | None = Observer(self.state) if record else None
         self.bug = config.bug
+        if config.bug != "none":  # the variant's step shadows the production one
+            v = variant(config.bug)
+            setattr(self, v.step, MethodType(v.impl, self))
         self.invariant_checks = 0
         # every request ever declared, only while recording: a trace's header names them all
         self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
@@ -152,12 +159,29 @@ class ProtocolMachine:
         """Write an open transfer, keeping its indexes in step (a closed one leaves them)."""
         s = self.state
         old = s.spill[h]
+        if (
+            old is not None
+            and sp is not None
+            and old.transfer_id == sp.transfer_id
+            and old.page == sp.page
+        ):  # a phase change: every index already says so
+            s.spill[h] = sp
+            return
+        refs = s.req_refs  # (_ref inlined: this runs several times per transfer)
         if old is not None:
-            self._ref(old.page[0], -1)
+            n = refs.get(old.page[0], 0) - 1
+            if n:
+                refs[old.page[0]] = n
+            else:
+                refs.pop(old.page[0], None)
             if sp is None or sp.transfer_id != old.transfer_id:
                 s.transfer_dst.pop(old.transfer_id, None)
         if sp is not None:
-            self._ref(sp.page[0], 1)
+            n = refs.get(sp.page[0], 0) + 1
+            if n:
+                refs[sp.page[0]] = n
+            else:
+                refs.pop(sp.page[0], None)
             s.transfer_dst[sp.transfer_id] = h
             s.open_spills.add(h)
         else:
@@ -196,9 +220,10 @@ class ProtocolMachine:
 
     def check_arrive(self, r: RequestId) -> None:
         """Raise ActionNotEnabled unless r is a declared request that has not arrived."""
-        self._request("Arrive", r)
-        if self.state.req[r] != "new":
-            raise ActionNotEnabled("Arrive", f"request {r!r} is {self.state.req[r]}, not new")
+        st = self.state.req.get(r)
+        if st != "new":
+            self._request("Arrive", r)  # raises for an unknown request
+            raise ActionNotEnabled("Arrive", f"request {r!r} is {st}, not new")
 
     # -- scheduler actions ------------------------------------------------
 
@@ -218,14 +243,17 @@ class ProtocolMachine:
         keys = s.page_keys[r]
         m = self.hit_len(r)
         if hosts is None:
-            hosts = [min(s.prefix[keys[i]]) for i in range(m)]
-        hosts = [HostBlock(x) for x in hosts]
-        if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
-            raise ActionNotEnabled(a, f"hosts {list(hosts)} are not published copies of the hit")
+            hosts = [min(s.prefix[keys[i]]) for i in range(m)] if m else []
+        if m or len(hosts):  # (no comprehension frames for the common no-hit case)
+            hosts = [HostBlock(x) for x in hosts]
+            if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
+                raise ActionNotEnabled(
+                    a, f"hosts {list(hosts)} are not published copies of the hit"
+                )
         need = len(keys) - m
         if blocks is None:  # the lowest free blocks (a scan: tests and drivers only)
             cand = [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is None]
-            if self.bug == "double_allocation":
+            if self._leased_is_candidate():
                 cand += [g for g in range(s.config.gpu_blocks) if s.gpu_owner[g] is not None]
             if len(cand) < need:
                 raise ActionNotEnabled(a, f"needs {need} free GPU blocks, {len(cand)} free")
@@ -235,38 +263,45 @@ class ProtocolMachine:
         for g in blocks:
             if not 0 <= g < n:
                 self._gpu(a, g)
-            if owner[g] is not None:
-                usable = self.bug == "double_allocation"
+            if owner[g] is not None and not self._leased_is_candidate():
+                usable = False
         if len(blocks) != need or len(set(blocks)) != need or not usable:
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
         s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "arrive"))
         for i in range(m):
             self._set_loc((r, i + 1), ("host", hosts[i]))
-        loc = s.loc
-        for j, g in enumerate(blocks):
-            p = (r, m + j + 1)
+        loc, refs, data = s.loc, s.req_refs, s.gpu_data
+        j = m
+        for g in blocks:
+            j += 1
+            p = (r, j)
             if loc[p] is None:  # _set_loc's whole effect when neither side is on the host
                 loc[p] = ("gpu", g)
             else:
                 self._set_loc(p, ("gpu", g))
-            self._own(g, p)
-            s.gpu_data[g] = keys[m + j]
+            if owner[g] is None:  # _own's whole effect on a free block
+                refs[r] = refs.get(r, 0) + 1
+                owner[g] = p
+            else:
+                self._own(g, p)
+            data[g] = keys[j - 1]
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"request": r})
+
+    def _leased_is_candidate(self) -> bool:
+        """Arrive's candidate blocks (the spec's Cand) are the free ones only."""
+        return False
 
     def StartSpill(self, p: Page, h: int) -> int:
         """Pin source and destination leases and send a SparseKVPageTransfer; returns its ID."""
         s, a = self.state, "StartSpill"
         where = self.check_spill(p)
-        self._host(a, h)
+        if not 0 <= h < s.config.host_blocks:
+            self._host(a, h)  # raises
         h = HostBlock(h)
         if s.host_state[h] != "free":
             raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}")
-        cap = (
-            s.config.host_capacity_rounded_up
-            if self.bug == "round_up_pool"
-            else s.config.host_capacity
-        )
+        cap = self._spill_capacity()
         if s.host_used >= cap:
             raise ActionNotEnabled(a, f"host pool full ({cap} blocks in use)")
         g = where[1]
@@ -276,21 +311,25 @@ class ProtocolMachine:
         s.host_key[h] = s.key_of(p)
         self._set_spill(h, Spill(g, p, "sent", tid))
         s.down[tid] = Transfer(tid, g, h)
-        if self.bug == "release_source_at_send":
-            self._set_loc(p, ("host", h))
-            self._own(g, None)
-            s.gpu_data[g] = GARBAGE
-        else:
-            s.src_pin[g] = True
+        self._pin_source(p, g, h)
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"page": [p[0], p[1]], "host_block": h})
         return tid
+
+    def _spill_capacity(self) -> int:
+        """The host pool's capacity in blocks (the spec's HostCapacity, rounded down)."""
+        return self.state.config.host_capacity
+
+    def _pin_source(self, p: Page, g: int, h: int) -> None:
+        """The source stays leased and pinned until the enqueued ack."""
+        self.state.src_pin[g] = True
 
     def check_spill(self, p: Page) -> Loc:
         """The page's part of StartSpill's condition (the host block's is separate):
         returns its resident location, or raises ActionNotEnabled."""
         s, a = self.state, "StartSpill"
-        if not isinstance(p, tuple) or len(p) != 2 or not s.known(p):
+        keys = s.page_keys.get(p[0]) if isinstance(p, tuple) and len(p) == 2 else None
+        if keys is None or not 1 <= p[1] <= len(keys):  # (s.known(p), inlined)
             raise ActionNotEnabled(a, f"unknown page {p!r}")
         if s.req[p[0]] != "running":
             raise ActionNotEnabled(a, f"request {p[0]!r} is {s.req[p[0]]}")
@@ -307,27 +346,25 @@ class ProtocolMachine:
         if not s.up:
             raise ActionNotEnabled(a, "no worker meta to consume")
         meta = s.up[0]
-        enq = self._resolve_ids(meta.enqueued, "sent", set())
-        enq_set = set(enq)
-        if self.bug == "batched_done_before_enqueued":
-            done = [
-                h
-                for h in self._resolve_ids(meta.completed, None, enq_set)
-                if (sp := s.spill[h]) is not None and sp.phase == "enqueued"
-            ]
-        else:
-            done = self._resolve_ids(meta.completed, "enqueued", enq_set)
+        enq = self._resolve_ids(meta.enqueued, "sent", set()) if meta.enqueued else []
+        done = self._completed_hosts(meta, set(enq))
         s.up.popleft()
+        self._apply_meta(enq, done)
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {})
+
+    def _completed_hosts(self, meta: Meta, enqueued_now: set[int]) -> list[int]:
+        """The destinations of the meta's completed IDs, each past its enqueued ack."""
+        if not meta.completed:
+            return []
+        return self._resolve_ids(meta.completed, "enqueued", enqueued_now)
+
+    def _apply_meta(self, enq: list[int], done: list[int]) -> None:
+        """Enqueued acks first, then completed acks (the spec's ConsumeMeta)."""
         for h in enq:
             self._after_enqueued(h)
         for h in done:
-            self._after_completed(h, published_early=self.bug == "publish_at_enqueued")
-        if self.bug == "publish_at_enqueued":
-            for h in enq:
-                if s.spill[h] is not None:
-                    self._publish(h)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done(a, {})
+            self._after_completed(h)
 
     def open_transfer(self, tid: int) -> int | None:
         """The destination host block of open transfer ``tid``; None if it is not open."""
@@ -344,18 +381,22 @@ class ProtocolMachine:
         s = self.state
         if s.up or s.w_enq or s.w_done:
             raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
-        for ids in (enqueued, completed):
-            _refuse_repeats(ids)
+        if len(enqueued) > 1:
+            _refuse_repeats(enqueued)
+        if len(completed) > 1:
+            _refuse_repeats(completed)
+        down = s.down
         for tid in enqueued:
-            if tid not in s.down:
+            if tid not in down:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer not awaiting one")
-        enq = set(enqueued)
-        for tid in completed:
-            h = self.open_transfer(tid)
-            if h is None:
-                raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
-            if not (tid in enq or s.copying_tid.get(h) == tid):
-                raise UnknownTransfer(tid, "completed ack before its enqueued ack")
+        if completed:
+            enq = set(enqueued)
+            for tid in completed:
+                h = self.open_transfer(tid)
+                if h is None:
+                    raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
+                if not (tid in enq or s.copying_tid.get(h) == tid):
+                    raise UnknownTransfer(tid, "completed ack before its enqueued ack")
 
     def _resolve_ids(
         self, ids: Sequence[int], phase: str | None, enqueued_now: set[int]
@@ -363,13 +404,14 @@ class ProtocolMachine:
         """Map ack IDs to host blocks, refusing unknown, stale and out-of-order IDs."""
         s = self.state
         out: list[int] = []
-        _refuse_repeats(ids)
+        if len(ids) > 1:
+            _refuse_repeats(ids)
+        dst, spill = s.transfer_dst, s.spill
         for tid in ids:
-            h = self.open_transfer(tid)
-            if h is None:
+            h = dst.get(tid)  # (open_transfer inlined)
+            sp = spill[h] if h is not None else None
+            if h is None or sp is None or sp.transfer_id != tid:
                 raise UnknownTransfer(tid, "not an open transfer")
-            sp = s.spill[h]
-            assert sp is not None
             ok = phase is None or sp.phase == phase or (
                 phase == "enqueued" and (h in enqueued_now or sp.phase == "abandoned")
             )
@@ -385,22 +427,28 @@ class ProtocolMachine:
         TRANSFER.next(sp.phase, "enqueued_ack")
         g, p = sp.src, sp.page
         if s.req[p[0]] == "running":
-            self._set_loc(p, ("gpu", h) if self.bug == "host_id_as_gpu_index" else ("host", h))
+            self._set_loc(p, self._moved_entry(h))
         self._own(g, None)
         s.gpu_data[g] = GARBAGE
-        if self.bug != "enqueued_ack_keeps_pin":
-            s.src_pin[g] = False
-        self._set_spill(h, sp._replace(phase="enqueued"))
+        self._unpin(g)
+        self._set_spill(h, Spill(g, p, "enqueued", sp.transfer_id))
 
-    def _after_completed(self, h: int, *, published_early: bool) -> None:
+    def _moved_entry(self, h: int) -> Loc:
+        """The block-table entry of a page whose enqueued ack moved it to host block h."""
+        return ("host", h)
+
+    def _unpin(self, g: int) -> None:
+        """The enqueued ack releases the source pin with the resident lease."""
+        self.state.src_pin[g] = False
+
+    def _after_completed(self, h: int) -> None:
         s = self.state
         sp = s.spill[h]
         assert sp is not None
         TRANSFER.next(sp.phase, "completed_ack")
         self._set_spill(h, None)
         if s.req[sp.page[0]] != "aborted" and sp.phase != "abandoned":
-            if not (published_early and s.host_state[h] == "valid"):
-                self._publish(h)
+            self._publish(h)
         else:
             self._discard(h)
 
@@ -433,19 +481,23 @@ class ProtocolMachine:
                     loc[p] = None  # _set_loc's whole effect: no host reference to drop
                 else:
                     self._set_loc(p, None)
-        if how == "abort" and self.bug == "abort_keeps_resident_blocks":
-            return []
-        freed = [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]
+        freed = self._freed_at_end(how, resident)
         for g in freed:
             self._own(g, None)
             s.gpu_data[g] = GARBAGE
         return freed
 
+    def _freed_at_end(self, how: str, resident: list[tuple[Page, int]]) -> list[int]:
+        """The ended request's resident blocks that go back to HMA: the unpinned ones."""
+        s = self.state
+        return [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]
+
     def Finish(self, r: RequestId) -> list[int]:
         """r finishes: drop its table entries; returns the GPU blocks given back to HMA."""
-        self._request("Finish", r)
-        if self.state.req[r] != "running":
-            raise ActionNotEnabled("Finish", f"request {r!r} is {self.state.req[r]}")
+        st = self.state.req.get(r)
+        if st != "running":
+            self._request("Finish", r)  # raises for an unknown request
+            raise ActionNotEnabled("Finish", f"request {r!r} is {st}")
         freed = self._end(r, "finish")
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done("Finish", {"request": r})
@@ -458,15 +510,7 @@ class ProtocolMachine:
         self._request("Abort", r)
         if not REQUEST.allows(s.req[r], "abort"):
             raise ActionNotEnabled("Abort", f"request {r!r} is {s.req[r]}")
-        mine = set(s.pages_of(r))
         freed = self._end(r, "abort")
-        if self.bug == "abort_frees_inflight_host":
-            for h, sp in enumerate(s.spill):
-                if sp is not None and sp.page in mine:
-                    s.host_used -= s.host_state[h] != "free"
-                    s.host_state[h] = "free"
-                    s.host_key[h] = None
-                    self._set_spill(h, None)
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done("Abort", {"request": r})
         return freed
@@ -477,20 +521,27 @@ class ProtocolMachine:
         self._host(a, h)
         if s.host_state[h] != "valid":
             raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}, not valid")
-        if self.bug != "evict_referenced_host" and s.host_refs.get(h):
+        if not self._evictable(h):
             raise ActionNotEnabled(a, f"host block {h} is still referenced")
         k = s.host_key[h]
         assert k is not None
         self._host_to(h, "evict")
         s.host_key[h] = None
-        if self.bug != "evict_keeps_index":
-            published = s.prefix[k]
-            published.discard(h)
-            if not published:  # the index holds live keys only
-                del s.prefix[k]
+        self._unindex(h, k)
         s.host_data[h] = GARBAGE
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"host_block": h})
+
+    def _evictable(self, h: int) -> bool:
+        """No block-table entry references host block h."""
+        return not self.state.host_refs.get(h)
+
+    def _unindex(self, h: int, k: str) -> None:
+        """Drop an evicted page from the prefix index (which holds live keys only)."""
+        published = self.state.prefix[k]
+        published.discard(h)
+        if not published:
+            del self.state.prefix[k]
 
     def retire_refusal(self, r: RequestId) -> str | None:
         """Why ended request r cannot retire yet (None: it can). O(its pages)."""
@@ -499,19 +550,19 @@ class ProtocolMachine:
         for i in range(1, len(s.page_keys[r]) + 1):  # ending clears them
             if loc[(r, i)] is not None:
                 return f"request {r!r} still has block-table entries"
-        if self.bug != "retire_inflight" and s.req_refs.get(r):
-            return f"request {r!r} still has {s.req_refs[r]} resident leases or open transfers"
-        if self.bug == "retire_waits_for_host_pages":
-            keys = set(s.page_keys[r])
-            if any(k in keys for k in s.host_key):
-                return f"a host block still holds a key of {r!r}"
-        return None
+        return self._open_refs_refusal(r)
+
+    def _open_refs_refusal(self, r: RequestId) -> str | None:
+        """Why r cannot retire while resident leases or open transfers name its pages."""
+        n = self.state.req_refs.get(r)
+        return f"request {r!r} still has {n} resident leases or open transfers" if n else None
 
     def Retire(self, r: RequestId) -> None:
         """An ended request that nothing references leaves the protocol state; its ID
         may be declared again. Costs O(its pages)."""
         s, a = self.state, "Retire"
-        self._request(a, r)
+        if r not in s.req:
+            self._request(a, r)  # raises
         if not REQUEST.allows(s.req[r], "retire"):
             raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, not ended")
         why = self.retire_refusal(r)
@@ -536,8 +587,9 @@ class ProtocolMachine:
     def WorkerEnqueue(self, transfer_id: int) -> None:
         """Enqueue the copy; it carries the source bytes as of its stream position."""
         s = self.state
-        t = self._take("WorkerEnqueue", transfer_id)
-        del s.down[transfer_id]
+        t = s.down.pop(transfer_id, None)
+        if t is None:
+            t = self._take("WorkerEnqueue", transfer_id)  # raises: no such command
         s.copying[t.dst] = s.gpu_data[t.src]
         s.copying_tid[t.dst] = transfer_id
         s.w_enq.append(transfer_id)
@@ -546,17 +598,22 @@ class ProtocolMachine:
 
     def WorkerDrop(self, transfer_id: int) -> None:
         """Injected defect only: the worker loses a received command."""
-        if self.bug != "worker_drops_transfer":
-            raise ActionNotEnabled("WorkerDrop", "only exists with the worker_drops_transfer bug")
+        if not self._worker_may_drop():
+            raise ActionNotEnabled("WorkerDrop", "a correct worker never drops a command")
         t = self._take("WorkerDrop", transfer_id)
         del self.state.down[transfer_id]
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done("WorkerDrop", {"src": t.src, "dst": t.dst})
 
+    def _worker_may_drop(self) -> bool:
+        """WorkerDrop's guard: only an injected bug enables it."""
+        return False
+
     def WorkerComplete(self, h: int) -> None:
         """The copy into host block h reaches its event: the bytes land."""
         s, a = self.state, "WorkerComplete"
-        self._host(a, h)
+        if not 0 <= h < s.config.host_blocks:
+            self._host(a, h)  # raises
         data = s.copying[h]
         if data is None:
             raise ActionNotEnabled(a, f"no copy in flight into host block {h}")
@@ -607,11 +664,11 @@ class ProtocolMachine:
                     out.returned.append(sp.src)
                 elif s.req[r] == "running":
                     out.resident.append(sp.page)
-                if busy and self.bug != "recover_frees_busy_destination":
+                if busy and self._loss_waits_for_busy():
                     TRANSFER.next(sp.phase, "lost_running")
                     self._set_spill(h, sp._replace(phase="abandoned"))
                     continue
-                publish = self.bug == "recover_publishes_unsent" and not busy
+                publish = self._loss_publishes_sent(busy)
             elif busy:  # past its enqueued ack (or abandoned) and still copying: wait
                 continue
             else:
@@ -627,6 +684,15 @@ class ProtocolMachine:
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done("WorkerLoss", {})
         return out
+
+    def _loss_waits_for_busy(self) -> bool:
+        """A sent transfer whose copy may still run is abandoned, its destination held."""
+        return True
+
+    def _loss_publishes_sent(self, busy: bool) -> bool:
+        """A sent transfer's destination is never published at a loss (its command may
+        never have been enqueued)."""
+        return False
 
     # -- helpers for drivers ------------------------------------------------
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 BlockId = int
 W = TypeVar("W", bound="_Wire")
 _set = object.__setattr__
+_new = object.__new__
 
 
 class _Wire(BaseModel):
@@ -84,9 +85,10 @@ def trusted(cls: type[W], **values: Any) -> W:
     """A message from values this process built itself (already valid): what
     ``model_construct`` makes, without its per-field alias and default handling,
     which costs more than the rest of a step. Every field must be given."""
-    if values.keys() != _fields(cls):
+    names = _FIELDS.get(cls)
+    if values.keys() != (names if names is not None else _fields(cls)):
         raise TypeError(f"{cls.__name__} needs exactly {sorted(cls.__pydantic_fields__)}")
-    m = cls.__new__(cls)
+    m = _new(cls)
     _set(m, "__dict__", values)
     _set(m, "__pydantic_fields_set__", set(values))
     _set(m, "__pydantic_extra__", None)

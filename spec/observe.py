@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hisparse.spec.catalogue import CATALOGUE
 from hisparse.spec.state import Loc, Page, ProtocolState
 
 JSON = Any
@@ -51,29 +52,9 @@ ENCODERS: dict[str, Callable[[ProtocolState], JSON]] = {
     "hostData": lambda s: list(s.host_data),
 }
 
-# The variables each action writes (those not in its UNCHANGED clause).
-ACTION_WRITES: dict[str, tuple[str, ...]] = {
-    "Arrive": ("req", "loc", "gpuOwner", "gpuData"),
-    "StartSpill": (
-        "hostState", "hostKey", "spill", "down", "srcPin", "loc", "gpuOwner", "gpuData",
-    ),
-    "ConsumeMeta": (
-        "loc", "gpuOwner", "gpuData", "srcPin", "spill", "hostState", "hostKey",
-        "prefix", "hostData", "up",
-    ),
-    "Finish": ("req", "loc", "gpuOwner", "gpuData"),
-    "Abort": ("req", "loc", "gpuOwner", "gpuData", "hostState", "hostKey", "spill"),
-    "EvictHost": ("hostState", "hostKey", "prefix", "hostData"),
-    "Retire": ("req",),
-    "WorkerLoss": (
-        "down", "up", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill",
-        "hostState", "hostKey", "prefix", "hostData",
-    ),
-    "WorkerEnqueue": ("down", "copying", "wEnq"),
-    "WorkerDrop": ("down",),
-    "WorkerComplete": ("hostData", "copying", "wDone"),
-    "WorkerReport": ("up", "wEnq", "wDone"),
-}
+# The variables each action writes (those not in its UNCHANGED clause), its injected
+# variants' included: a recorder reports them all, whichever bug is on.
+ACTION_WRITES: dict[str, tuple[str, ...]] = {a.name: a.all_writes for a in CATALOGUE}
 
 
 def encode(s: ProtocolState, var: str) -> JSON:

@@ -98,11 +98,6 @@ class ProtocolConfig(BaseModel):
         """Realized host blocks: the budget rounded down to whole blocks."""
         return self.host_pool_bytes // self.host_block_bytes
 
-    @property
-    def host_capacity_rounded_up(self) -> int:
-        """What a buggy sizing computes (only used by the ``round_up_pool`` bug)."""
-        return -(-self.host_pool_bytes // self.host_block_bytes)
-
 
 @dataclass
 class ProtocolState:
@@ -180,7 +175,7 @@ class ProtocolState:
         return sum(1 for s in self.host_state if s != "free")
 
     def in_flight(self, h: int) -> bool:
-        """The spec's InFlight(h): some command, copy or ack still names host block h."""
+        """h in the spec's InFlightBlocks: some command, copy or ack still names host block h."""
         dst = self.transfer_dst
         return (
             any(t.dst == h for t in self.down.values())

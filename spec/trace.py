@@ -15,48 +15,43 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Union
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    TypeAdapter,
-    ValidationError,
-    model_validator,
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
+
+from hisparse.spec.catalogue import (
+    ACTION_NAMES,
+    ARG_MODELS,
+    CATALOGUE,
+    HostBlockArgs,
+    RequestArgs,
+    SpillArgs,
+    TransferArgs,
+)
+from hisparse.spec.state import SENTINELS
+from hisparse.spec.tracetypes import (
+    BlockId,
+    Data,
+    Frozen,
+    HostState,
+    Loc,
+    Name,
+    Page,
+    ReqState,
 )
 
 FORMAT: Final = "hisparse-trace/2"
 # Older formats this version refuses with a message that says why (v1: full post-states).
 OLD_FORMATS = frozenset({"hisparse-trace/1"})
-# Strings the spec uses as sentinels or data markers; no request ID or key may equal one.
-SENTINELS = frozenset({"nopage", "nowhere", "none", "nokey", "idle", "empty", "garbage"})
-NAME_PATTERN = r"^[A-Za-z0-9_.:-]+$"
 
-Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
-BlockId = Annotated[int, Field(ge=0)]
-Page = tuple[Name, Annotated[int, Field(ge=1)]]
-Loc = tuple[Literal["gpu", "host"], BlockId]
-# Bytes held by a block: a key, "empty" or "garbage" (checked against the header).
-Data = Name
-ReqState = Literal["new", "running", "finished", "aborted"]
-HostState = Literal["free", "leased", "valid"]
-
-Action = Literal[
-    "Arrive",
-    "Finish",
-    "Abort",
-    "StartSpill",
-    "EvictHost",
-    "Retire",
-    "ConsumeMeta",
-    "WorkerEnqueue",
-    "WorkerDrop",
-    "WorkerComplete",
-    "WorkerReport",
-    "WorkerLoss",
-]
+# The step's action: a name of the catalogue (a Literal at run time, so the JSON Schema
+# lists them; mypy sees a plain string).
+if TYPE_CHECKING:
+    Action = str
+    Args = Frozen
+else:
+    Action = Literal[ACTION_NAMES]
+    Args = Union[ARG_MODELS]  # noqa: UP007 (a union built from a tuple)
 
 
 class TraceFormatError(Exception):
@@ -74,14 +69,10 @@ class TraceVersionError(TraceFormatError):
     """The header names an older trace format than this checker reads."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 # --- header ------------------------------------------------------------------------------
 
 
-class TraceHeader(_Frozen):
+class TraceHeader(Frozen):
     """The constants of the run: requests with their page keys, pool sizes, injected bug."""
 
     kind: Literal["header"]
@@ -122,85 +113,20 @@ class TraceHeader(_Frozen):
         )
 
 
-# --- per-action arguments ----------------------------------------------------------------
+# --- per-action arguments: the catalogue's argument models ---------------------------
 
-
-class RequestArgs(_Frozen):
-    """Arrive, Finish, Abort, Retire."""
-
-    request: Name
-
-
-class SpillArgs(_Frozen):
-    """StartSpill: the page to spill and its destination host block."""
-
-    page: Page
-    host_block: BlockId
-
-
-class HostBlockArgs(_Frozen):
-    """EvictHost, WorkerComplete."""
-
-    host_block: BlockId
-
-
-class TransferArgs(_Frozen):
-    """WorkerEnqueue, WorkerDrop: the SparseKVPageTransfer taken from ``down``."""
-
-    src: BlockId
-    dst: BlockId
-
-
-class NoArgs(_Frozen):
-    """ConsumeMeta, WorkerReport, WorkerLoss."""
-
-
-Args = RequestArgs | SpillArgs | HostBlockArgs | TransferArgs | NoArgs
-
-ARGS: dict[str, type[_Frozen]] = {
-    "Arrive": RequestArgs,
-    "Finish": RequestArgs,
-    "Abort": RequestArgs,
-    "StartSpill": SpillArgs,
-    "EvictHost": HostBlockArgs,
-    "Retire": RequestArgs,
-    "ConsumeMeta": NoArgs,
-    "WorkerEnqueue": TransferArgs,
-    "WorkerDrop": TransferArgs,
-    "WorkerComplete": HostBlockArgs,
-    "WorkerReport": NoArgs,
-    "WorkerLoss": NoArgs,
-}
+ARGS: dict[str, type[Frozen]] = {a.name: a.args for a in CATALOGUE}
 
 # The variables each action writes in the correct spec (Bug = "none"). A step must
 # report all of them (an empty change says "unchanged"): that pins its successor, so
 # TLC's deadlock check is the verdict.
-WRITES: dict[str, frozenset[str]] = {
-    "Arrive": frozenset({"req", "loc", "gpuOwner", "gpuData"}),
-    "Finish": frozenset({"req", "loc", "gpuOwner", "gpuData"}),
-    "Abort": frozenset({"req", "loc", "gpuOwner", "gpuData"}),
-    "StartSpill": frozenset({"hostState", "hostKey", "spill", "down", "srcPin"}),
-    "EvictHost": frozenset({"hostState", "hostKey", "prefix", "hostData"}),
-    "Retire": frozenset({"req"}),
-    "ConsumeMeta": frozenset(
-        {"loc", "gpuOwner", "gpuData", "srcPin", "spill", "hostState", "hostKey", "prefix"}
-        | {"hostData", "up"}
-    ),
-    "WorkerEnqueue": frozenset({"down", "copying", "wEnq"}),
-    "WorkerDrop": frozenset({"down"}),
-    "WorkerComplete": frozenset({"hostData", "copying", "wDone"}),
-    "WorkerReport": frozenset({"up", "wEnq", "wDone"}),
-    "WorkerLoss": frozenset(
-        {"down", "up", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill"}
-        | {"hostState", "hostKey", "prefix", "hostData"}
-    ),
-}
+WRITES: dict[str, frozenset[str]] = {a.name: frozenset(a.writes) for a in CATALOGUE}
 
 
 # --- post-state --------------------------------------------------------------------------
 
 
-class SpillRecord(_Frozen):
+class SpillRecord(Frozen):
     """An open transfer of the coordinator (``spill[h]``)."""
 
     src: BlockId
@@ -208,21 +134,21 @@ class SpillRecord(_Frozen):
     phase: Literal["sent", "enqueued", "abandoned"]
 
 
-class Transfer(_Frozen):
+class TransferRecord(Frozen):
     """A command in ``down``."""
 
     src: BlockId
     dst: BlockId
 
 
-class WorkerMeta(_Frozen):
+class WorkerMeta(Frozen):
     """One element of ``up``."""
 
     enq: list[BlockId]
     done: list[BlockId]
 
 
-class TracePost(_Frozen):
+class TracePost(Frozen):
     """What a step changed in the variables it reports; ``None`` = not reported.
 
     Function-valued variables give only their changed entries (possibly none): objects
@@ -241,7 +167,7 @@ class TracePost(_Frozen):
     hostKey: dict[BlockId, Name | None] | None = None
     prefix: dict[Name, list[BlockId]] | None = None
     spill: dict[BlockId, SpillRecord | None] | None = None
-    down: list[Transfer] | None = None
+    down: list[TransferRecord] | None = None
     up: list[WorkerMeta] | None = None
     copying: dict[BlockId, Data | None] | None = None
     wEnq: list[BlockId] | None = None
@@ -257,7 +183,7 @@ class TracePost(_Frozen):
 POST_FIELDS: tuple[str, ...] = tuple(TracePost.model_fields)
 
 
-class TraceStep(_Frozen):
+class TraceStep(Frozen):
     """One action of the run and what it changed in the variables it wrote."""
 
     kind: Literal["step"]
@@ -281,7 +207,7 @@ TraceLine = Annotated[TraceHeader | TraceStep, Field(discriminator="kind")]
 _LINE: TypeAdapter[TraceHeader | TraceStep] = TypeAdapter(TraceLine)
 
 
-class Trace(_Frozen):
+class Trace(Frozen):
     """A whole trace: the header and its steps, indexes 1..n."""
 
     header: TraceHeader

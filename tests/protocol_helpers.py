@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+from hisparse.spec.catalogue import CATALOGUE, arguments
+from hisparse.spec.errors import ProtocolError
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import ProtocolConfig, ProtocolState
 
@@ -74,10 +78,77 @@ def index_problems(s: ProtocolState) -> list[str]:
     return out
 
 
+# The enabling condition of each action, stated independently of the machine (a test
+# oracle): (machine, *args) -> enabled. Arguments come from the action's catalogue domain.
+Guard = Callable[..., bool]
+
+
+def _arrive(m: ProtocolMachine, r: str) -> bool:
+    s = m.state
+    need = len(s.page_keys[r]) - m.hit_len(r)
+    return s.req[r] == "new" and sum(o is None for o in s.gpu_owner) >= need
+
+
+def _retire(m: ProtocolMachine, r: str) -> bool:
+    s = m.state
+    if s.req[r] not in ("finished", "aborted"):
+        return False
+    mine = set(s.pages_of(r))
+    held = any(o in mine for o in s.gpu_owner) or any(
+        sp is not None and sp.page in mine for sp in s.spill
+    )
+    return not held and all(s.loc[p] is None for p in mine)
+
+
+def _start_spill(m: ProtocolMachine, p: tuple[str, int], h: int) -> bool:
+    s = m.state
+    where = s.loc[p]
+    return (
+        s.host_state[h] == "free"
+        and s.host_in_use() < s.config.host_capacity
+        and s.req[p[0]] == "running"
+        and where is not None
+        and where[0] == "gpu"
+        and not s.src_pin[where[1]]
+    )
+
+
+def _evict(m: ProtocolMachine, h: int) -> bool:
+    referenced = {w for w in m.state.loc.values() if w is not None}
+    return m.state.host_state[h] == "valid" and ("host", h) not in referenced
+
+
+GUARDS: dict[str, Guard] = {
+    "Arrive": _arrive,
+    "Finish": lambda m, r: m.state.req[r] == "running",
+    "Abort": lambda m, r: m.state.req[r] in ("new", "running"),
+    "StartSpill": _start_spill,
+    "EvictHost": _evict,
+    "Retire": _retire,
+    "ConsumeMeta": lambda m: bool(m.state.up),
+    "WorkerEnqueue": lambda m, tid: tid in m.state.down,
+    "WorkerDrop": lambda m, tid: m.state.config.bug == "worker_drops_transfer",
+    "WorkerComplete": lambda m, h: m.state.copying[h] is not None,
+    "WorkerReport": lambda m: not m.state.up and bool(m.state.w_enq or m.state.w_done),
+    "WorkerLoss": lambda m: True,
+}
+
+
+def _accepted(m: ProtocolMachine, action: str, args: tuple[Any, ...]) -> bool:
+    """Whether a copy of ``m`` takes the action: the fallback for an action the oracle
+    has no guard for yet (weaker than a guard: it asks the machine)."""
+    try:
+        getattr(copy.deepcopy(m), action)(*args)
+    except ProtocolError:
+        return False
+    return True
+
+
 def legal_moves(
     m: ProtocolMachine, universe: dict[str, tuple[str, ...]] | None = None
 ) -> list[tuple[str, tuple[Any, ...]]]:
-    """The enabled actions, stated independently of the machine (a test oracle).
+    """The enabled actions: every catalogue action over its domain, kept where its
+    oracle guard holds.
 
     A retired request of ``universe`` (by default: every request a recording machine has
     declared, else ``UNIVERSE``) may be declared again (``add_request``)."""
@@ -86,39 +157,11 @@ def legal_moves(
     for r, keys in (universe or m.declared or UNIVERSE).items():
         if r not in s.page_keys:
             moves.append(("add_request", (r, keys)))
-    for r in s.page_keys:
-        if s.req[r] == "new":
-            need = len(s.page_keys[r]) - m.hit_len(r)
-            if sum(o is None for o in s.gpu_owner) >= need:
-                moves.append(("Arrive", (r,)))
-            moves.append(("Abort", (r,)))
-        if s.req[r] == "running":
-            moves += [("Finish", (r,)), ("Abort", (r,))]
-        if s.req[r] in ("finished", "aborted"):
-            mine = set(s.pages_of(r))
-            held = any(o in mine for o in s.gpu_owner) or any(
-                sp is not None and sp.page in mine for sp in s.spill
-            )
-            if not held and all(s.loc[p] is None for p in mine):
-                moves.append(("Retire", (r,)))
-    free = [h for h in range(s.config.host_blocks) if s.host_state[h] == "free"]
-    if free and s.host_in_use() < s.config.host_capacity:
-        for p, where in s.loc.items():
-            running = s.req[p[0]] == "running"
-            if running and where and where[0] == "gpu" and not s.src_pin[where[1]]:
-                moves += [("StartSpill", (p, h)) for h in free]
-    referenced = {w for w in s.loc.values() if w is not None}
-    for h in range(s.config.host_blocks):
-        if s.host_state[h] == "valid" and ("host", h) not in referenced:
-            moves.append(("EvictHost", (h,)))
-        if s.copying[h] is not None:
-            moves.append(("WorkerComplete", (h,)))
-    moves += [("WorkerEnqueue", (tid,)) for tid in s.down]
-    if not s.up and (s.w_enq or s.w_done):
-        moves.append(("WorkerReport", ()))
-    if s.up:
-        moves.append(("ConsumeMeta", ()))
-    moves.append(("WorkerLoss", ()))
+    for action in CATALOGUE:
+        guard = GUARDS.get(action.name)
+        for args in arguments(s, action.domain):
+            if guard(m, *args) if guard else _accepted(m, action.name, args):
+                moves.append((action.name, args))
     return moves
 
 

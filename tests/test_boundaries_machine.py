@@ -336,7 +336,13 @@ def test_protocol_config_boundaries() -> None:
     ):
         with pytest.raises(ValueError):
             ProtocolConfig(**kwargs)  # type: ignore[arg-type]
+
+    def rounded_up(c: ProtocolConfig) -> int:
+        """The capacity the round_up_pool variant sizes the pool with."""
+        buggy = ProtocolMachine(c.model_copy(update={"bug": "round_up_pool"}))
+        return buggy._spill_capacity()
+
     c = ProtocolConfig(gpu_blocks=1, host_pool_bytes=5, host_block_bytes=2)
-    assert (c.host_capacity, c.host_blocks, c.host_capacity_rounded_up) == (2, 2, 3)
+    assert (c.host_capacity, c.host_blocks, rounded_up(c)) == (2, 2, 3)
     c = ProtocolConfig(gpu_blocks=1, host_pool_bytes=4, host_block_bytes=2, host_blocks=3)
-    assert (c.host_capacity, c.host_blocks, c.host_capacity_rounded_up) == (2, 3, 2)
+    assert (c.host_capacity, c.host_blocks, rounded_up(c)) == (2, 3, 2)

@@ -62,6 +62,19 @@ def test_unknown_blocks_are_refused_everywhere(block: int) -> None:
     refused(p, lambda: p.is_free(block))
 
 
+@pytest.mark.parametrize("block", [-1, 3])
+def test_out_of_range_refusals_name_the_range(block: int) -> None:
+    """Refused as outside the pool, not as a block in the wrong pin or free state."""
+    p = BlockPool(3)
+    p.allocate(3)
+    p.pin(1)
+    calls = (lambda: p.pin(block), lambda: p.unpin(block), lambda: p.free([block]),
+             lambda: p.is_free(block))
+    for call in calls:
+        with pytest.raises(BlockPoolError, match="is not a block of this pool"):
+            call()
+
+
 def test_host_block_id_never_passes_for_a_pinned_gpu_block() -> None:
     p = BlockPool(3)
     p.allocate(1)

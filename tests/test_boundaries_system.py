@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole, MalformedMetadata
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.executor.reference import ReferenceExecutor
@@ -32,7 +32,7 @@ BT, ROW = 4, 16  # block tokens, row bytes
 
 def config(host_blocks: int, layers: int = 1, leaders: tuple[int, ...] | None = None) -> HiSparseConfig:
     return HiSparseConfig(
-        host_pool_gib=host_blocks * BT * ROW * layers / GIB, block_tokens=BT, row_bytes=ROW,
+        host_pool_blocks=host_blocks, block_tokens=BT, row_bytes=ROW,
         top_k=4, layers=layers, index_leaders=leaders,
     )
 
@@ -314,6 +314,19 @@ def test_worker_replacement_inside() -> None:
     assert "gone" not in w.tables.tables
 
 
+def test_restart_drops_unreported_acks_and_keeps_running_copies() -> None:
+    w = worker()
+    w.apply(transfer(5, 3, 2))
+    w.apply(transfer(6, 2, 1))
+    ex = w.executor
+    assert isinstance(ex, ReferenceExecutor)
+    ex.release(1)  # 5 landed; neither ack was reported
+    assert w.restart() == (6,)  # the stream still copies 6
+    assert w.take_acks() == ((), ())  # both enqueued acks and 5's completion are gone
+    ex.release()
+    assert w.take_acks() == ((), (6,))  # a copy that was running reports as usual
+
+
 def test_worker_slots() -> None:
     w = worker()
     assert w.admit("r", [("gpu", 0)]) == 0
@@ -332,7 +345,7 @@ def test_batch_maps_resident_and_host_pages_to_rows() -> None:
     w.admit("r", [("gpu", 0), ("host", 2), ("gpu", 3)])
     pos = np.array([0, BT - 1, BT, 2 * BT + 1, -1], np.int32)
     b = w.batch({"r": pos}, step=0)
-    spec = w.spec
+    spec = w.layout
     assert b.resident_row.tolist() == [[
         spec.resident_row(0, 0), spec.resident_row(0, BT - 1), -1, spec.resident_row(3, 1), -1
     ]]

@@ -48,3 +48,26 @@ def test_invalid_configs_say_what_to_change(kwargs: dict[str, object], hint: str
 def test_followers() -> None:
     c = HiSparseConfig(host_pool_gib=1, layers=4, index_leaders=(0, 0, 2, 2))
     assert [c.is_follower(i) for i in range(4)] == [False, True, False, True]
+
+
+def test_host_pool_in_blocks_or_gib_but_not_both() -> None:
+    c = HiSparseConfig(host_pool_blocks=3, block_tokens=16, row_bytes=32, layers=2)
+    assert (c.host_blocks, c.host_pool_bytes) == (3, 3 * 16 * 32 * 2)
+    assert c == c.model_copy()
+    same = HiSparseConfig(host_pool_gib=c.host_pool_bytes / GIB, block_tokens=16, row_bytes=32,
+                          layers=2)
+    assert same.host_blocks == 3
+    for kwargs in ({}, {"host_pool_gib": 1, "host_pool_blocks": 3}, {"host_pool_blocks": 0}):
+        with pytest.raises(ValidationError):
+            HiSparseConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_protocol_and_pools_take_their_shapes_from_the_config() -> None:
+    c = HiSparseConfig(host_pool_blocks=5, block_tokens=16, row_bytes=32, top_k=4,
+                       num_speculative_tokens=1)
+    p = c.protocol(gpu_blocks=7)
+    assert (p.gpu_blocks, p.host_blocks, p.host_capacity) == (7, 5, 5)
+    assert (p.host_pool_bytes, p.host_block_bytes) == (c.host_pool_bytes, c.host_block_bytes)
+    spec = c.pool_layout(gpu_blocks=7, slots=2)
+    assert (spec.gpu_blocks, spec.host_blocks, spec.hot_rows, spec.slots) == (7, 5, c.hot, 2)
+    assert (spec.block_tokens, spec.row_bytes) == (16, 32)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from hisparse.blockpool import BlockPool, BlockPoolError, narrow_gpu_block
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.spec.state import HostBlock
 
 
 def coordinator() -> HiSparseCoordinator:
-    cfg = HiSparseConfig(host_pool_gib=8 * 16 * 64 / GIB, block_tokens=16, row_bytes=64, top_k=16)
+    cfg = HiSparseConfig(host_pool_blocks=8, block_tokens=16, row_bytes=64, top_k=16)
     return HiSparseCoordinator(cfg, BlockPool(4), gpu_blocks=4, check=True)
 
 
@@ -65,7 +65,7 @@ def test_followers_hold_no_lru_state() -> None:
     from hisparse.executor.reference import ReferenceExecutor
     from hisparse.worker import HiSparseWorker
 
-    cfg = HiSparseConfig(host_pool_gib=8 * 16 * 64 * 3 / GIB, block_tokens=16, row_bytes=64,
+    cfg = HiSparseConfig(host_pool_blocks=8, block_tokens=16, row_bytes=64,
                          top_k=16, layers=3, index_leaders=(0, 0, 2))
     w = HiSparseWorker(cfg, ReferenceExecutor(), gpu_blocks=4, slots=2)
     shapes = [h.runtime.pools.hot_tag.shape[0] for h in w.handles]

@@ -14,8 +14,10 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
+from hisparse.executor.reference import ReferenceExecutor
 from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.messages import HiSparseWorkerMeta
+from hisparse.worker import HiSparseWorker
 
 BLOCK = 64 * 656
 
@@ -128,6 +130,10 @@ def test_request_that_can_never_fit_gets_a_typed_error() -> None:
     with pytest.raises(RequestNeverFits) as err:
         c.admit("big")
     assert err.value.need == 5 and err.value.pool == 4
+    assert str(err.value) == (
+        "request 'big' needs 5 GPU blocks beyond its prefix hits; the pool holds 4: "
+        "split or truncate it, or raise the GPU pool"
+    )
     assert everything(c, kv) == before
     c.abort("big")
     assert c.state.req == {}
@@ -180,3 +186,118 @@ def test_connector_carries_a_restart() -> None:
     assert sched.build_connector_meta() is not None  # lost on the way
     sched.on_worker_lost(())
     assert c.state.host_used == 0 and c.state.down == {}
+
+
+def test_a_loss_returns_an_unsent_destination_to_the_free_heap() -> None:
+    c, _kv = make(host=1)
+    c.add_request("a", ["a0", "a1"])
+    c.admit("a")
+    assert c.spill(("a", 1)) is not None
+    assert c.spill(("a", 2)) is None  # the pool's one host block is the destination
+    c.take_commands()  # lost with the worker before it was enqueued
+    c.on_worker_lost(())
+    assert c.state.host_state[0] == "free" and c.state.spill[0] is None
+    assert c.spill(("a", 2)) is not None  # the abandoned destination is handed out again
+    sp = c.state.spill[0]
+    assert sp is not None and sp.page == ("a", 2)
+
+
+def test_an_abandoned_copy_that_lands_frees_its_destination_for_reuse() -> None:
+    c, _kv = make(host=1)
+    c.add_request("a", ["a0", "a1"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()
+    c.on_worker_lost((tid,))  # still copying: the destination is held
+    assert c.spill(("a", 2)) is None
+    ack(c, done=(tid,))  # the copy lands; nothing is published
+    assert c.state.host_state[0] == "free" and c.state.prefix == {}
+    assert c.spill(("a", 2)) is not None  # the destination went back to the free heap
+    sp = c.state.spill[0]
+    assert sp is not None and sp.page == ("a", 2)
+
+
+def test_resync_after_a_loss_resends_exactly_the_host_entries_of_running_requests() -> None:
+    c, _kv = make()
+    c.add_request("a", ["a0", "a1"])
+    c.add_request("b", ["b0"])
+    c.admit("a")
+    c.admit("b")
+    tid = c.spill(("a", 2))
+    assert tid is not None
+    c.take_commands()
+    ack(c, (tid,), (tid,))
+    _, reps = c.take_commands()  # the enqueued ack's replacement, sent once
+    assert [(x.request_id, x.page_index, x.host_block) for x in reps] == [("a", 2, 0)]
+    assert c.take_commands() == ((), ())
+    c.on_worker_lost(())  # that metadata may have been lost: resend every host entry
+    transfers, reps = c.take_commands()
+    assert transfers == ()
+    assert [(x.request_id, x.page_index, x.host_block) for x in reps] == [("a", 2, 0)]
+    assert c.take_commands() == ((), ())  # once
+
+
+def test_a_finished_request_retires_when_its_last_transfer_completes() -> None:
+    c, _kv = make()
+    c.add_request("a", ["a0"])
+    c.admit("a")
+    tid = c.spill(("a", 1))
+    assert tid is not None
+    c.take_commands()
+    ack(c, enq=(tid,))
+    c.finish("a")
+    assert "a" in c.state.req and c.retired == 0  # its open transfer still names it
+    ack(c, done=(tid,))
+    assert "a" not in c.state.req and c.retired == 1
+    assert c.state.host_state[0] == "valid"  # published, and the ID is free again
+
+
+def test_admit_hands_the_blocks_back_when_the_machine_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Arrive cannot refuse after check_arrive through the public API; a refusal
+    injected there must still leave HMA's pool and every table as they were."""
+    c, kv = make()
+    c.add_request("a", ["a0", "a1"])
+
+    def refuse(*_: object, **__: object) -> None:
+        raise ActionNotEnabled("Arrive", "injected refusal")
+
+    def pool(kv: BlockPool) -> Any:  # the free set, not the heap's layout
+        return sorted(kv._free), list(kv._is_free), set(kv._pinned)
+
+    monkeypatch.setattr(c.machine, "Arrive", refuse)
+    before = everything(c, kv)[:2], pool(kv)
+    with pytest.raises(ActionNotEnabled, match="injected refusal"):
+        c.admit("a")
+    assert (everything(c, kv)[:2], pool(kv)) == before
+    assert kv.num_free == kv.num_blocks
+
+
+def test_worker_role_connector_refuses_scheduler_recovery() -> None:
+    w = HiSparseConnector(KVConnectorRole.WORKER, worker=_worker())
+    with pytest.raises(RuntimeError, match="scheduler"):
+        w.on_worker_lost(())
+
+
+def _worker() -> HiSparseWorker:
+    cfg = HiSparseConfig(host_pool_gib=4 * BLOCK / GIB)
+    return HiSparseWorker(cfg, ReferenceExecutor(), gpu_blocks=8, slots=2)
+
+
+def test_loss_report_must_name_transfers_the_worker_was_given() -> None:
+    c, kv = make()
+    c.add_request("a", ["a0", "a1"])
+    c.admit("a")
+    tid = c.spill(("a", 1))  # open, but not yet handed over by take_commands
+    assert tid is not None
+    before = everything(c, kv)
+    with pytest.raises(UnknownTransfer, match="never handed to the worker"):
+        c.on_worker_lost((tid,))
+    assert everything(c, kv) == before
+    c.take_commands()
+    ack(c, enq=(tid,))  # enqueued: no longer awaiting its ack, but still copying
+    c.on_worker_lost((tid,))  # accepted: the stream still runs it
+    sp = c.state.spill[0]
+    assert sp is not None and sp.phase == "enqueued" and c.state.host_state[0] == "leased"

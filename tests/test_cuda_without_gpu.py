@@ -7,17 +7,22 @@ exit code 2, and the resolver's shape limits are refused at configuration time.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hisparse.cli import main
 from hisparse.executor import Executor, ExecutorConfigError
-from hisparse.executor.cuda import CudaExecutor, CudaPools, backend
+from hisparse.executor.cuda import CudaExecutor, CudaPools, backend, kernels
 from hisparse.executor.cuda.kernels import (
+    CONTROL,
     MAX_TOP_K,
+    WS_INTS,
     ResolverShape,
     positions_per_thread,
     resolve_smem_bytes,
@@ -90,18 +95,56 @@ def test_cli_reports_a_missing_gpu_as_an_error(
 
 
 def test_shape_limits_are_checked_at_configuration() -> None:
-    ok = ResolverShape.of(hot_rows=4096, top_k=2048, entries_per_slot=2, max_positions=1 << 17)
-    assert ok.smem == resolve_smem_bytes(4096, 2048) == 4 * (68 + 2 * 4096 + 2 * 2048)
+    ok = ResolverShape.of(hot_rows=4096, top_k=2048, num_speculative_tokens=1, max_positions=1 << 17)
+    # scratch, used[H], victims[K], first_row[K], new_order[H] ints; then int64 sort
+    # keys for K rounded up to a power of two, 8-byte aligned
+    assert WS_INTS == 68
+    assert ok.smem == resolve_smem_bytes(4096, 2048) == 4 * (68 + 2 * 4096 + 2 * 2048) + 8 * 2048
+    assert resolve_smem_bytes(3, 3) == 4 * 80 + 8 * 4
+    assert resolve_smem_bytes(1, 1) == 4 * 72 + 8 * 1
     assert positions_per_thread(2048) == 2 and rows_per_thread(4096) == 4
     bad = [
-        dict(hot_rows=4095, top_k=2048, entries_per_slot=2, max_positions=10),  # H < E*K
-        dict(hot_rows=4096, top_k=0, entries_per_slot=1, max_positions=10),
-        dict(hot_rows=MAX_TOP_K * 4, top_k=MAX_TOP_K + 1, entries_per_slot=1, max_positions=10),
-        dict(hot_rows=1 << 16, top_k=8, entries_per_slot=1, max_positions=10),  # 16-bit counts
-        dict(hot_rows=64, top_k=8, entries_per_slot=0, max_positions=10),
-        dict(hot_rows=64, top_k=8, entries_per_slot=1, max_positions=0),
-        dict(hot_rows=30000, top_k=8192, entries_per_slot=1, max_positions=10),  # shared memory
+        dict(hot_rows=4095, top_k=2048, num_speculative_tokens=1, max_positions=10),  # H < E*K
+        dict(hot_rows=4096, top_k=0, num_speculative_tokens=0, max_positions=10),
+        dict(hot_rows=MAX_TOP_K * 4, top_k=MAX_TOP_K + 1, num_speculative_tokens=0, max_positions=10),
+        dict(hot_rows=1 << 16, top_k=8, num_speculative_tokens=0, max_positions=10),  # 16-bit counts
+        dict(hot_rows=64, top_k=8, num_speculative_tokens=-1, max_positions=10),
+        dict(hot_rows=64, top_k=8, num_speculative_tokens=0, max_positions=0),
+        dict(hot_rows=30000, top_k=8192, num_speculative_tokens=0, max_positions=10),  # shared memory
     ]
     for kw in bad:
         with pytest.raises(ExecutorConfigError):
             ResolverShape.of(**kw)
+
+
+def test_kernel_layout_constants_come_from_kernels_py(
+    fake_cupy: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kernels.cu defines neither the workspace size nor the launch-control layout: both
+    are compiled in from kernels.py, the one definition the host side reads too."""
+    seen: list[tuple[str, ...]] = []
+
+    class Module:
+        def __init__(self, code: str, options: tuple[str, ...]) -> None:
+            assert "#define WS_INTS HS_WS_INTS" in code and "#define WS_INTS 6" not in code
+            seen.append(options)
+
+        def get_function(self, name: str) -> str:
+            return name
+
+    cupy: Any = sys.modules["cupy"]
+    cupy.RawModule = Module
+    cupy.cuda.Device = lambda _id: contextlib.nullcontext()
+    kernels.compile_kernels.cache_clear()
+    try:
+        kernels.compile_kernels(0, ("-DHS_IPT=2",))
+    finally:
+        kernels.compile_kernels.cache_clear()
+    (options,) = seen
+    assert f"-DHS_WS_INTS={WS_INTS}" in options and "-DHS_IPT=2" in options
+    assert f"-DSORT_MIN_BATCH={kernels.SORT_MIN_BATCH}" in options
+    for name, value in CONTROL.items():
+        assert f"-D{name}={value}" in options
+    source = (Path(kernels.__file__).parent / "kernels.cu").read_text()
+    for name in CONTROL:
+        assert f"#define {name} " not in source, name

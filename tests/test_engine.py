@@ -78,7 +78,7 @@ def test_shapes_refuse_bad_values() -> None:
 
 
 def test_shared_prefix_pages_share_keys_and_tokens() -> None:
-    shape = EngineShape(slots=2, max_context=8192, top_k=64, speculative=1)
+    shape = EngineShape(slots=2, max_context=8192, top_k=64, num_speculative_tokens=1)
     a = make_request("a", [1, 2, 3], 1400, 10, shape=shape, vocab=1000)
     b = make_request("b", [1, 2, 9], 1400, 10, shape=shape, vocab=1000)
     c = make_request("c", [7, 2, 3], 1400, 10, shape=shape, vocab=1000)
@@ -100,7 +100,7 @@ def test_mooncake_workload_puts_the_longest_first_and_clips(tmp_path: Path) -> N
     trace.write_text("".join(
         json.dumps({"timestamp": t, "input_length": n, "output_length": o, "hash_ids": h}) + "\n"
         for t, n, o, h in rows))
-    shape = EngineShape(slots=4, max_context=131072, speculative=2)
+    shape = EngineShape(slots=4, max_context=131072, num_speculative_tokens=2)
     reqs = mooncake_requests(shape, vocab=1000, count=5, abort_every=2, path=trace,
                              arrivals_per_step=2)
     # the two longest first, then trace order; the 4000-token prompt is below 8k
@@ -191,7 +191,7 @@ def test_hisparse_decode_is_bit_identical_to_all_resident(model: Any) -> None:
     """≥ 256 steps at batch 32, contexts 8k-128k, spills, prefix hits, aborts, 2 drafts."""
     from hisparse.engine.lockstep import Lockstep, hisparse_engine, resident_engine
 
-    shape = EngineShape(slots=32, max_context=131072, top_k=2048, speculative=2)
+    shape = EngineShape(slots=32, max_context=131072, top_k=2048, num_speculative_tokens=2)
     reqs = mooncake_requests(shape, vocab=model.shape.vocab, count=128, abort_every=9,
                              arrivals_per_step=8)
     hs, sched = hisparse_engine(model, shape, gpu_blocks=6144, host_blocks=40000, graph=True)
@@ -222,7 +222,7 @@ def test_graph_equals_eager_and_a_step_never_syncs(model: Any) -> None:
 
     from hisparse.engine.lockstep import Lockstep, hisparse_engine, resident_engine
 
-    shape = EngineShape(slots=8, max_context=32768, top_k=2048, speculative=1)
+    shape = EngineShape(slots=8, max_context=32768, top_k=2048, num_speculative_tokens=1)
     reqs = mooncake_requests(shape, vocab=model.shape.vocab, count=16, abort_every=5,
                              max_new=(24, 48))
     hs_graph, s1 = hisparse_engine(model, shape, gpu_blocks=1600, host_blocks=8000,

@@ -24,19 +24,19 @@ from hisparse.executor import (
     ExecutorConfigError,
     HotCapacityError,
     PendingHostWrite,
-    PoolSpec,
+    PoolLayout,
     ReferenceExecutor,
     ReferencePools,
     ResolveBatch,
     ResolveResult,
-    hot_rows_needed,
+    min_hot_rows,
 )
 
 _CONFORMS: type[Executor[ReferencePools]] = ReferenceExecutor  # mypy checks the protocol
 
 # Small layout used by the hand-computed cases: resident rows 0..3, slot 0's hot rows
 # 4..6, slot 1's hot rows 7..9, host rows 0..7.
-SPEC = PoolSpec(gpu_blocks=2, host_blocks=4, block_tokens=2, row_bytes=16, hot_rows=3, slots=2)
+SPEC = PoolLayout(gpu_blocks=2, host_blocks=4, block_tokens=2, row_bytes=16, hot_rows=3, slots=2)
 HOT0 = SPEC.hot_row(0, 0)
 
 Entry = tuple[int, Sequence[int], Sequence[int] | None, Sequence[int] | None]
@@ -68,14 +68,14 @@ def make_batch(step: int, entries: Sequence[Entry]) -> ResolveBatch:
     )
 
 
-def fresh(spec: PoolSpec = SPEC, salt: int = 0) -> tuple[ReferenceExecutor, ReferencePools]:
+def fresh(layout: PoolLayout = SPEC, salt: int = 0) -> tuple[ReferenceExecutor, ReferencePools]:
     """An executor and pools whose host row r (and resident row r) hold ``pos_bytes(r)``."""
     ex = ReferenceExecutor()
-    pools = ex.allocate(spec)
-    for r in range(spec.host_rows):
-        pools.host[r] = pos_bytes(r, spec.row_bytes, salt)
-    for r in range(spec.resident_rows):
-        pools.device[r] = pos_bytes(r, spec.row_bytes, salt)
+    pools = ex.allocate(layout)
+    for r in range(layout.host_rows):
+        pools.host[r] = pos_bytes(r, layout.row_bytes, salt)
+    for r in range(layout.resident_rows):
+        pools.device[r] = pos_bytes(r, layout.row_bytes, salt)
     return ex, pools
 
 
@@ -101,7 +101,7 @@ def test_layout_rows() -> None:
     assert SPEC.resident_row(1, 1) == 3
     assert SPEC.hot_row(1, 2) == 4 + 3 + 2
     assert SPEC.host_row(3, 0) == 6
-    assert hot_rows_needed(top_k=4, entries_per_slot=3) == 12
+    assert min_hot_rows(top_k=4, num_speculative_tokens=2) == 12
     ex = ReferenceExecutor()
     p = ex.allocate(SPEC)
     assert p.device.shape == (10, 16) and p.host.shape == (8, 16)
@@ -124,7 +124,7 @@ def test_pool_spec_refuses(change: dict[str, object], needle: str) -> None:
     }
     args.update(change)
     with pytest.raises(ExecutorConfigError, match=needle):
-        PoolSpec(**args)  # type: ignore[arg-type]
+        PoolLayout(**args)  # type: ignore[arg-type]
 
 
 # --- resolver rules, hand-computed ------------------------------------------------------
@@ -201,17 +201,17 @@ def test_hits_are_taken_before_misses_pick_victims() -> None:
 
 
 def test_speculative_steps_share_state_and_keep_earlier_rows() -> None:
-    spec = PoolSpec(gpu_blocks=1, host_blocks=8, block_tokens=2, row_bytes=16, hot_rows=4, slots=2)
-    ex, pools = fresh(spec)
-    h = spec.hot_row(0, 0)
+    layout = PoolLayout(gpu_blocks=1, host_blocks=8, block_tokens=2, row_bytes=16, hot_rows=4, slots=2)
+    ex, pools = fresh(layout)
+    h = layout.hot_row(0, 0)
     batch = make_batch(
         1, [(0, [1, 2], None, None), (0, [2, 3], None, None), (1, [1, 1], None, None)]
     )
     r = ex.resolve(pools, batch)
     # The second step hits the first step's row for 2 and misses 3 into a fresh row.
-    assert r.rows.tolist() == [[h, h + 1], [h + 1, h + 2], [spec.hot_row(1, 0)] * 2]
+    assert r.rows.tolist() == [[h, h + 1], [h + 1, h + 2], [layout.hot_row(1, 0)] * 2]
     assert counters(r) == (0, 2, 4)
-    assert r.plan.tolist() == [[h, 1], [h + 1, 2], [h + 2, 3], [spec.hot_row(1, 0), 1]]
+    assert r.plan.tolist() == [[h, 1], [h + 1, 2], [h + 2, 3], [layout.hot_row(1, 0), 1]]
     for (e, i), p in np.ndenumerate(batch.topk):
         assert (pools.device[r.rows[e, i]] == pos_bytes(int(p), 16)).all()
 
@@ -287,11 +287,11 @@ NaiveOut = tuple[list[list[int]], list[tuple[int, int]], tuple[int, int, int]]
 
 
 def naive_resolve(
-    spec: PoolSpec, tag: list[list[int]], stamp: list[list[int]], entries: Sequence[Entry],
+    layout: PoolLayout, tag: list[list[int]], stamp: list[list[int]], entries: Sequence[Entry],
     step: int,
 ) -> NaiveOut | None:
     """docs/resolver.md in plain loops; mutates ``tag``/``stamp``; None on a capacity error."""
-    h = spec.hot_rows
+    h = layout.hot_rows
     used: dict[int, set[int]] = {}
     rows: list[list[int]] = []
     plan: list[tuple[int, int]] = []
@@ -325,11 +325,11 @@ def naive_resolve(
             stamp[slot][j] = step
             used[slot].add(j)
             row_of[p] = j
-            plan.append((spec.hot_row(slot, j), host[i]))
+            plan.append((layout.hot_row(slot, j), host[i]))
         first = {i for _, i in missed}
         for i, p in enumerate(topk):
             if p != -1 and resident[i] < 0:
-                out[i] = spec.hot_row(slot, row_of[p])
+                out[i] = layout.hot_row(slot, row_of[p])
                 if i in first:
                     misses += 1
                 else:
@@ -339,12 +339,12 @@ def naive_resolve(
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[PoolSpec, int, dict[int, int], dict[int, int]]:
-    """A spec, K, and where each logical position lives (host row; resident row or none)."""
+def worlds(draw: st.DrawFn) -> tuple[PoolLayout, int, dict[int, int], dict[int, int]]:
+    """A layout, K, and where each logical position lives (host row; resident row or none)."""
     bt = draw(st.integers(1, 3))
     k = draw(st.integers(1, 4))
     n_pos = draw(st.integers(1, 10))
-    spec = PoolSpec(
+    layout = PoolLayout(
         gpu_blocks=draw(st.integers(1, 3)),
         host_blocks=-(-n_pos // bt) + draw(st.integers(0, 1)),
         block_tokens=bt,
@@ -352,40 +352,40 @@ def worlds(draw: st.DrawFn) -> tuple[PoolSpec, int, dict[int, int], dict[int, in
         hot_rows=draw(st.integers(k, 3 * k)),
         slots=draw(st.integers(1, 3)),
     )
-    host_of = dict(enumerate(draw(st.permutations(range(spec.host_rows)))[:n_pos]))
-    res_rows = draw(st.permutations(range(spec.resident_rows)))
+    host_of = dict(enumerate(draw(st.permutations(range(layout.host_rows)))[:n_pos]))
+    res_rows = draw(st.permutations(range(layout.resident_rows)))
     flags = draw(st.lists(st.booleans(), min_size=n_pos, max_size=n_pos))
     resident_of = {p: r for (p, f), r in zip(enumerate(flags), res_rows, strict=False) if f}
-    return spec, k, host_of, resident_of
+    return layout, k, host_of, resident_of
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), data=st.data())
 def test_matches_naive_resolver_and_rows_hold_their_bytes(
-    world: tuple[PoolSpec, int, dict[int, int], dict[int, int]], data: st.DataObject
+    world: tuple[PoolLayout, int, dict[int, int], dict[int, int]], data: st.DataObject
 ) -> None:
-    spec, k, host_of, resident_of = world
-    follower_spec = PoolSpec(
-        gpu_blocks=spec.gpu_blocks, host_blocks=spec.host_blocks, block_tokens=spec.block_tokens,
-        row_bytes=32, hot_rows=spec.hot_rows, slots=spec.slots,
+    layout, k, host_of, resident_of = world
+    follower_layout = PoolLayout(
+        gpu_blocks=layout.gpu_blocks, host_blocks=layout.host_blocks, block_tokens=layout.block_tokens,
+        row_bytes=32, hot_rows=layout.hot_rows, slots=layout.slots,
     )
     ex = ReferenceExecutor()
-    leader, follower = ex.allocate(spec), ex.allocate(follower_spec)
+    leader, follower = ex.allocate(layout), ex.allocate(follower_layout)
     for pools, salt in ((leader, 0), (follower, 1)):
         for p, r in host_of.items():
-            pools.host[r] = pos_bytes(p, pools.spec.row_bytes, salt)
+            pools.host[r] = pos_bytes(p, pools.layout.row_bytes, salt)
         for p, r in resident_of.items():
-            pools.device[r] = pos_bytes(p, pools.spec.row_bytes, salt)
-    tag = [[-1] * spec.hot_rows for _ in range(spec.slots)]
-    stamp = [[-1] * spec.hot_rows for _ in range(spec.slots)]
+            pools.device[r] = pos_bytes(p, pools.layout.row_bytes, salt)
+    tag = [[-1] * layout.hot_rows for _ in range(layout.slots)]
+    stamp = [[-1] * layout.hot_rows for _ in range(layout.slots)]
     expected_device = leader.device.copy()
     position = st.sampled_from([-1, *host_of])
 
     step = data.draw(st.integers(0, 2))
     for _ in range(data.draw(st.integers(1, 5))):
-        order = data.draw(st.permutations(range(spec.slots)))
+        order = data.draw(st.permutations(range(layout.slots)))
         entries: list[Entry] = []
-        for slot in order[: data.draw(st.integers(1, spec.slots))]:
+        for slot in order[: data.draw(st.integers(1, layout.slots))]:
             for _ in range(data.draw(st.integers(1, 3))):
                 topk = data.draw(st.lists(position, min_size=k, max_size=k))
                 keep = data.draw(st.lists(st.booleans(), min_size=k, max_size=k))
@@ -398,7 +398,7 @@ def test_matches_naive_resolver_and_rows_hold_their_bytes(
         batch = make_batch(step, entries)
 
         new_tag, new_stamp = [list(r) for r in tag], [list(r) for r in stamp]
-        want = naive_resolve(spec, new_tag, new_stamp, entries, step)
+        want = naive_resolve(layout, new_tag, new_stamp, entries, step)
         if want is None:
             before = (state(leader), state(follower))
             with pytest.raises(HotCapacityError):
@@ -418,8 +418,8 @@ def test_matches_naive_resolver_and_rows_hold_their_bytes(
             assert leader.hot_tag.tolist() == tag and leader.hot_stamp.tolist() == stamp
             assert (leader.device == expected_device).all()
             # U (rows used by this call) is exactly the rows stamped with this step.
-            stamped = {spec.hot_row(s, j) for s, j in np.argwhere(leader.hot_stamp == step)}
-            assert stamped == {int(r) for r in got.rows.flat if r >= spec.resident_rows}
+            stamped = {layout.hot_row(s, j) for s, j in np.argwhere(leader.hot_stamp == step)}
+            assert stamped == {int(r) for r in got.rows.flat if r >= layout.resident_rows}
             for tags in leader.hot_tag:
                 held = tags[tags != -1]
                 assert len(np.unique(held)) == len(held)
@@ -469,7 +469,7 @@ def test_replay_refuses_bad_plan(plan: NDArray[np.int32], needle: str) -> None:
 
 
 def block(pools: ReferencePools, tier: str, b: int) -> NDArray[np.uint8]:
-    bt = pools.spec.block_tokens
+    bt = pools.layout.block_tokens
     arr = pools.device if tier == "gpu" else pools.host
     return arr[b * bt : (b + 1) * bt]
 

@@ -81,6 +81,10 @@ def _owner_unknown_page(s: ProtocolState, _: int) -> None:
     s.gpu_owner[1] = ("r1", 5)
 
 
+def _owner_malformed_page_of_undeclared_request(s: ProtocolState, _: int) -> None:
+    s.gpu_owner[1] = ("ghost", "x")  # type: ignore[assignment]  # malformed, whoever owns it
+
+
 def _gpu_data_bogus(s: ProtocolState, _: int) -> None:
     s.gpu_data[1] = "bogus"
 
@@ -205,6 +209,10 @@ CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
     "host_loc_out_of_range": (_host_loc_out_of_range, {"TypeOK"}),
     "gpu_loc_negative": (_gpu_loc_negative, {"TypeOK"}),
     "owner_unknown_page": (_owner_unknown_page, {"TypeOK"}),
+    "owner_malformed_page_of_undeclared_request": (
+        _owner_malformed_page_of_undeclared_request,
+        {"TypeOK", "RetiredUnreferenced"},
+    ),
     "gpu_data_bogus": (_gpu_data_bogus, {"TypeOK"}),
     "host_state_bogus": (_host_state_bogus, {"TypeOK"}),
     "spill_src_out_of_range": (_spill_src_out_of_range, {"TypeOK"}),

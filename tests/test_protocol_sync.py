@@ -1,15 +1,28 @@
-"""The Python machine and tla/HiSparse.tla name the same actions, invariants and
-properties; the lifecycle tables agree with the ``transitions`` machines built from them."""
+"""The Python machine, the protocol catalogue and tla/HiSparse.tla agree (actions,
+arguments, writes, replay, lifecycle triggers, injected bugs), and name the same
+invariants and properties; the lifecycle tables agree with the ``transitions`` machines
+built from them. Deliberately inconsistent catalogues and spec texts show the check
+has teeth."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transitions import MachineError
 
 from hisparse.bugs import BUGS
+from hisparse.spec.catalogue import (
+    ACTION_NAMES,
+    CATALOGUE,
+    VARIANTS,
+    Action,
+    NoArgs,
+    disagreements,
+)
 from hisparse.spec.errors import IllegalTransition
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.lifecycle import LIFECYCLES, Lifecycle, mermaid_document
@@ -46,7 +59,86 @@ def python_actions() -> set[str]:
 
 
 def test_action_names_match() -> None:
-    assert tla_actions() == python_actions() == set(ACTION_WRITES)
+    assert tla_actions() == python_actions() == set(ACTION_WRITES) == set(ACTION_NAMES)
+
+
+def test_spec_machine_and_catalogue_agree() -> None:
+    assert disagreements(SPEC, ProtocolMachine) == []
+
+
+def _problems_with(catalogue: tuple[Action, ...] = CATALOGUE, spec: str = SPEC) -> str:
+    found = disagreements(spec, ProtocolMachine, catalogue)
+    assert found, "an inconsistent catalogue/spec pair passed the sync check"
+    return "\n".join(found)
+
+
+def _replace(name: str, **changes: Any) -> tuple[Action, ...]:
+    return tuple(dataclasses.replace(a, **changes) if a.name == name else a for a in CATALOGUE)
+
+
+def test_an_action_missing_from_the_spec_is_found() -> None:
+    spec = SPEC.replace("    \\/ WorkerReport\n", "")
+    assert spec != SPEC
+    assert "spec actions" in _problems_with(spec=spec)
+
+
+def test_an_action_only_in_the_catalogue_is_found() -> None:
+    extra = Action("Pause", NoArgs, "none", ("req",), "Pause")
+    problems = _problems_with(catalogue=(*CATALOGUE, extra))
+    assert "spec actions" in problems and "machine actions" in problems
+
+
+def test_wrong_writes_are_found() -> None:
+    assert "Retire: catalogue writes" in _problems_with(_replace("Retire", writes=("req", "loc")))
+    spec = SPEC.replace(
+        "    /\\ req' = [req EXCEPT ![r] = \"new\"]\n    /\\ UNCHANGED <<loc, ",
+        "    /\\ req' = [req EXCEPT ![r] = \"new\"]\n    /\\ UNCHANGED <<req, loc, ",
+    )
+    assert spec != SPEC
+    assert "Retire: catalogue writes" in _problems_with(spec=spec)
+
+
+def test_a_wrong_replay_or_encoding_is_found() -> None:
+    bad = _replace("StartSpill", replay="StartSpill(e.args.page)")
+    assert "replay passes 1 arguments" in _problems_with(bad)
+    bad = _replace("EvictHost", tla_args=(("block", "host"),))
+    assert "EvictHost: replay reads" in _problems_with(bad)
+
+
+def test_a_wrong_trigger_or_variant_is_found() -> None:
+    bad = _replace("Finish", triggers=(("request", "finnish"),))
+    assert "undeclared lifecycle trigger" in _problems_with(bad)
+    bad = _replace("Finish", triggers=(("request", "finish"), ("request", "retire")))
+    assert "the machine's Finish never fires 'retire'" in _problems_with(bad)
+    retire = next(a for a in CATALOGUE if a.name == "Retire")
+    moved = dataclasses.replace(retire.variants[0], step="_no_such_step")
+    assert "no step _no_such_step" in _problems_with(
+        _replace("Retire", variants=(moved, *retire.variants[1:]))
+    )
+    # a bug the spec tests in another action than the catalogue says
+    evict = next(a for a in CATALOGUE if a.name == "EvictHost")
+    bad = _replace("Retire", variants=(*retire.variants, evict.variants[0]))
+    assert "does not test Bug for evict_keeps_index" in _problems_with(bad)
+    assert "WorkerDrop: injected_only=False" in _problems_with(
+        _replace("WorkerDrop", injected_only=False)
+    )
+    spec = SPEC.replace('"round_up_pool"', '"round_up_pool_renamed"')
+    assert "spec bugs" in _problems_with(spec=spec)
+
+
+def test_a_production_rule_naming_a_bug_is_found() -> None:
+    class Branchy(ProtocolMachine):
+        def _spill_capacity(self) -> int:
+            return 0 if self.bug == "round_up_pool" else super()._spill_capacity()
+
+    class Plain(ProtocolMachine):
+        def _spill_capacity(self) -> int:
+            return super()._spill_capacity()
+
+    assert "production rules name injected bugs" in "\n".join(
+        disagreements(SPEC, Branchy)
+    )
+    assert "production rules" not in "\n".join(disagreements(SPEC, Plain))
 
 
 def test_invariant_names_match() -> None:
@@ -61,11 +153,20 @@ def test_property_names_match() -> None:
         assert _cfg_names(TLA / f"MC_{model}_live.cfg", "PROPERTIES") == list(PROPERTIES)
 
 
-def test_every_bug_is_in_the_spec_and_the_machine() -> None:
+def test_every_bug_is_in_the_spec_and_a_variant_of_the_machine() -> None:
+    """Each bug is a registered variant: a machine whose config names it runs the
+    variant's step; the production rules never name it."""
+    from tests.protocol_helpers import make_machine
+
     machine_src = (Path(__file__).resolve().parents[1] / "spec" / "machine.py").read_text()
+    plain = make_machine()
     for bug in BUGS:
         assert f'"{bug.name}"' in SPEC, bug.name
-        assert f'"{bug.name}"' in machine_src, bug.name
+        assert f'"{bug.name}"' not in machine_src, bug.name
+        _, v = VARIANTS[bug.name]
+        injected = getattr(make_machine(bug.name), v.step)
+        assert getattr(injected, "__func__", None) is v.impl, bug.name
+        assert getattr(plain, v.step).__func__ is getattr(ProtocolMachine, v.step), bug.name
     assert set(re.findall(r'Bug [=#] "(\w+)"', SPEC)) == {b.name for b in BUGS}
 
 

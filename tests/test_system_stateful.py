@@ -293,7 +293,7 @@ class SystemStateful(RuleBasedStateMachine):
 
     @rule(src=st.integers(0, 100), dst=st.integers(0, 100))
     def out_of_range_transfer(self, src: int, dst: int) -> None:
-        spec = self.sim.worker.spec
+        spec = self.sim.worker.layout
         if src < spec.gpu_blocks and dst < spec.host_blocks:
             return
         meta = HiSparseConnectorMetadata(

@@ -404,3 +404,17 @@ def test_cli_malformed_trace_is_an_error(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert f"{path}:2: not JSON" in proc.stderr
     assert json.loads(report.read_text())["result"] == "error"
+
+
+def test_replay_module_derives_from_the_catalogue() -> None:
+    """StepAction has one case per catalogue action, with its replay; a step that
+    reports nothing (an action writing no variable) still encodes as valid TLA+."""
+    from hisparse.spec.catalogue import CATALOGUE
+    from hisparse.tracecheck import encode, module
+
+    text = module.step_action()
+    for a in CATALOGUE:
+        assert f'e.action = "{a.name}" -> {a.replay}' in text
+    assert text.count("e.action =") == len(CATALOGUE)
+    assert encode.record([]) == "<<>>"
+    assert encode.record([("src", '"g0"')]) == '[src |-> "g0"]'

@@ -159,14 +159,17 @@ HitLen(r) ==
         /\ \A i \in 1..m : prefix[PageKeys[r][i]] # {}
         /\ m = Len(PageKeys[r]) \/ prefix[PageKeys[r][m + 1]] = {}
 
-\* A host block is named by some protocol artifact still in flight.
-InFlight(h) ==
-    \/ \E w \in Ranks :
-          \/ \E t \in down[w] : t.dst = h
-          \/ copying[w][h] # Idle
-          \/ h \in wEnq[w] \cup wDone[w]
-          \/ \E i \in 1..Len(up[w]) : h \in up[w][i].enq \cup up[w][i].done
-    \/ spill[h] # NoSpill
+\* The host blocks some protocol artifact still in flight names. As a set, built once
+\* per state in O(ranks x (blocks + artifacts)), so an invariant over every host block
+\* tests membership instead of scanning the channels per block: for h \in HostBlocks,
+\* h \in InFlightBlocks <=> on some rank a command in `down` has destination h, or a
+\* copy into h is in the stream, or an unreported or reported ack names h; or a
+\* transfer into h is open (one set term per case).
+InFlightBlocks ==
+    {h \in HostBlocks : spill[h] # NoSpill \/ \E w \in Ranks : copying[w][h] # Idle}
+    \cup UNION {{t.dst : t \in down[w]} \cup wEnq[w] \cup wDone[w]
+                \cup UNION {up[w][i].enq \cup up[w][i].done : i \in 1..Len(up[w])}
+                : w \in Ranks}
 
 \* Some protocol artifact still names a page of request r.
 Referenced(r) ==
@@ -532,14 +535,24 @@ TypeOK ==
 
 \* No GPU block backs two block-table entries; no host block is free while
 \* a transfer naming it is still in flight (its ID would be reused).
+\* Cost O(pages + blocks) per state (a trace replay checks it in every state): "each
+\* GPU block backs at most one entry", \A g : Cardinality(PagesOn(<<"gpu", g>>)) <= 1,
+\* is stated as "loc is one-to-one on the entries that name a GPU block": the pages
+\* located on the GPU have as many distinct locations as there are pages. The two
+\* are equivalent under TypeOK (every such location is <<"gpu", g>> with g \in GpuBlocks):
+\* two pages share a location iff some block's PagesOn has two elements.
 NoDoubleOwnership ==
-    /\ \A g \in GpuBlocks : Cardinality(PagesOn(<<"gpu", g>>)) <= 1
-    /\ \A h \in HostBlocks : hostState[h] = "free" => ~InFlight(h)
+    /\ LET OnGpu == {p \in Pages : loc[p][1] = "gpu"}
+       IN Cardinality({loc[p] : p \in OnGpu}) = Cardinality(OnGpu)
+    /\ LET F == InFlightBlocks
+       IN \A h \in HostBlocks : hostState[h] = "free" => h \notin F
 
 \* Source and destination leases are held only by an open transfer.
+\* (\E h : spill[h].src = g /\ spill[h].phase = "sent" is g \in SentSrc: the set of the
+\* sent transfers' sources, built once, so the check is O(blocks), not GPU x host blocks.)
 NoLeaseLeaked ==
-    /\ \A g \in GpuBlocks : srcPin[g] =>
-          \E h \in HostBlocks : spill[h].src = g /\ spill[h].phase = "sent"
+    /\ LET SentSrc == {spill[h].src : h \in {x \in HostBlocks : spill[x].phase = "sent"}}
+       IN \A g \in GpuBlocks : srcPin[g] => g \in SentSrc
     /\ \A h \in HostBlocks : hostState[h] = "leased" => spill[h] # NoSpill
 
 \* Until its copy is enqueued on every rank, a source block stays leased,
@@ -553,7 +566,8 @@ NoReuseBeforeEnqueued ==
 
 \* A valid (published) host page has no copy or ack in flight on any rank.
 NoPublishBeforeComplete ==
-    \A h \in HostBlocks : hostState[h] = "valid" => ~InFlight(h)
+    LET F == InFlightBlocks
+    IN \A h \in HostBlocks : hostState[h] = "valid" => h \notin F
 
 \* The prefix index names only valid pages, and a valid page holds the bytes
 \* of the page it claims in every physical pool.
@@ -565,15 +579,21 @@ PublishedDataCorrect ==
 
 \* Every page of a running request is readable from exactly one place, on
 \* every rank.
+\* "No other GPU block is leased to a running page p" was \A p : \A g : gpuOwner[g] = p
+\* => loc[p] = <<"gpu", g>> (pages x GPU blocks); for each g the only p with
+\* gpuOwner[g] = p is gpuOwner[g] itself, so it is the same statement per block, with
+\* the running-page condition moved onto gpuOwner[g] (O(pages + blocks) per state).
 LivePagesReadable ==
-    \A p \in Pages : req[p[1]] = "running" =>
-        /\ \A g \in GpuBlocks : gpuOwner[g] = p => loc[p] = <<"gpu", g>>
-        /\ CASE loc[p][1] = "gpu" ->
-                    gpuOwner[loc[p][2]] = p /\ gpuData[loc[p][2]] = KeyOf(p)
-             [] loc[p][1] = "host" ->
-                    hostState[loc[p][2]] # "free"
-                    /\ \A w \in Ranks : StreamHostData(w, loc[p][2]) = KeyOf(p)
-             [] OTHER -> FALSE
+    /\ \A g \in GpuBlocks :
+          gpuOwner[g] \in Pages /\ req[gpuOwner[g][1]] = "running" =>
+              loc[gpuOwner[g]] = <<"gpu", g>>
+    /\ \A p \in Pages : req[p[1]] = "running" =>
+          CASE loc[p][1] = "gpu" ->
+                   gpuOwner[loc[p][2]] = p /\ gpuData[loc[p][2]] = KeyOf(p)
+            [] loc[p][1] = "host" ->
+                   hostState[loc[p][2]] # "free"
+                   /\ \A w \in Ranks : StreamHostData(w, loc[p][2]) = KeyOf(p)
+            [] OTHER -> FALSE
 
 HostPoolNotOvercommitted == Cardinality(HostInUse) <= HostCapacity
 

@@ -14,6 +14,7 @@ Spills run on their own stream, ordered after the producing work by an event; th
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +22,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.base import ResolveBatch, Spill
+from hisparse.executor.base import ResolveBatch, SpillCopy
 from hisparse.executor.cuda.backend import load_cupy
 from hisparse.executor.cuda.kernels import (
     COPY_THREADS,
+    LAUNCH_WORDS,
     RESOLVE_THREADS,
     ResolverShape,
     compile_kernels,
@@ -34,7 +36,7 @@ from hisparse.executor.cuda.kernels import (
 from hisparse.executor.cuda.pools import ABSENT, CudaPools, allocate_pools
 from hisparse.executor.cuda.results import CudaResolveResult, DevicePlan, ResolveBuffers
 from hisparse.executor.errors import BadBatch, BadPlan, BadTransfer
-from hisparse.executor.layout import ROW_ALIGN, PoolSpec
+from hisparse.executor.layout import ROW_ALIGN, PoolLayout, min_hot_rows
 from hisparse.executor.validate import check_batch, check_host_rows, check_plan, check_spills
 
 
@@ -44,16 +46,18 @@ class _SpillBatch:
 
     done: Any  # cupy.cuda.Event recorded on the spill stream after the copy kernel
     pools: CudaPools
-    spills: list[Spill]
+    spills: list[SpillCopy]
     landed: bool = False
 
 
 class CudaExecutor:
     """``Executor[CudaPools]`` on an NVIDIA GPU.
 
-    ``top_k`` and ``entries_per_slot`` (speculative steps + 1) fix the resolver's shape
-    limits when pools are allocated, so no launch has to check capacity: hot rows must
-    hold ``entries_per_slot * top_k`` rows. ``max_positions`` bounds logical positions
+    ``top_k`` and ``num_speculative_tokens`` fix the resolver's shape limits when pools
+    are allocated, so no launch has to check capacity: a slot holds up to
+    ``num_speculative_tokens + 1`` entries of a batch (``entries_per_slot``), and its hot
+    rows must hold ``entries_per_slot * top_k`` rows (``min_hot_rows``).
+    ``max_positions`` bounds logical positions
     (the longest context): each slot keeps a position -> hot-row index of that length
     (4 bytes per position per slot) so a lookup is one load. ``stream`` is the compute
     stream (default: the current CuPy stream at construction; wrap a torch stream with
@@ -61,16 +65,20 @@ class CudaExecutor:
     """
 
     def __init__(
-        self, *, top_k: int, max_positions: int, entries_per_slot: int = 1, device: int = 0,
+        self, *, top_k: int, max_positions: int, num_speculative_tokens: int = 0, device: int = 0,
         stream: Any = None,
     ) -> None:
         cupy = load_cupy()
         self._cupy = cupy
         self.top_k = top_k
         self.max_positions = max_positions
-        self.entries_per_slot = entries_per_slot
+        self.num_speculative_tokens = num_speculative_tokens
+        self.entries_per_slot = num_speculative_tokens + 1  # a slot's entries in one batch
         self.device_id = device
-        ResolverShape.of(top_k * entries_per_slot, top_k, entries_per_slot, max_positions)
+        ResolverShape.of(
+            min_hot_rows(top_k, num_speculative_tokens), top_k, num_speculative_tokens,
+            max_positions,
+        )
         with cupy.cuda.Device(device):
             self.kernels = compile_kernels(device)  # replay and spill need no options
             self.sms = int(cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"])
@@ -82,6 +90,8 @@ class CudaExecutor:
         self._spills_unwaited = False
         self.resolvers: dict[ResolverShape, Any] = {}
         """The resolver kernel compiled for each pool shape (rows per thread differ)."""
+        self._leaders: weakref.WeakSet[CudaPools] = weakref.WeakSet()
+        """Leader pools allocated here, whose launch refusals ``completed()`` reports."""
 
     def defines(self, hot_rows: int) -> tuple[str, ...]:
         """NVRTC options of the resolver for ``hot_rows``: per-thread register chunks are
@@ -95,30 +105,50 @@ class CudaExecutor:
 
     # -- pools --------------------------------------------------------------------
 
-    def allocate(self, spec: PoolSpec, *, lru: bool = True) -> CudaPools:
-        """Device pools plus a mapped pinned host pool of ``spec.host_rows`` rows."""
+    def allocate(self, layout: PoolLayout, *, lru: bool = True) -> CudaPools:
+        """Device pools plus a mapped pinned host pool of ``layout.host_rows`` rows."""
         shape = None
         if lru:
             shape = ResolverShape.of(
-                spec.hot_rows, self.top_k, self.entries_per_slot, self.max_positions
+                layout.hot_rows, self.top_k, self.num_speculative_tokens, self.max_positions
             )
             self._resolver(shape)  # compile now, not at the first (maybe captured) launch
-        assert spec.row_bytes % ROW_ALIGN == 0  # PoolSpec enforces it
+        assert layout.row_bytes % ROW_ALIGN == 0  # PoolLayout enforces it
         with self._cupy.cuda.Device(self.device_id), self.stream:
-            return allocate_pools(spec, shape)
+            pools = allocate_pools(layout, shape)
+        if shape is not None:
+            self._leaders.add(pools)
+        return pools
 
     def reset_slot(self, pools: CudaPools, slot: int) -> None:
         """Empty one slot's hot state for a newly admitted request (tags, stamps, order)."""
         if pools.shape is None:
             raise BadBatch("a follower's pools have no hot state to reset")
-        if not 0 <= slot < pools.spec.slots:
-            raise BadBatch(f"slot {slot} outside 0..{pools.spec.slots - 1}")
+        if not 0 <= slot < pools.layout.slots:
+            raise BadBatch(f"slot {slot} outside 0..{pools.layout.slots - 1}")
         cupy = self._cupy
         with self.stream:
             pools.hot_tag[slot] = -1
             pools.hot_stamp[slot] = -1
-            pools.lru_order[slot] = cupy.arange(pools.spec.hot_rows, dtype=cupy.int32)
+            pools.lru_order[slot] = cupy.arange(pools.layout.hot_rows, dtype=cupy.int32)
             pools.where[slot] = ABSENT
+
+    def recover(self, pools: CudaPools) -> None:
+        """After ``LaunchConflict`` / ``CopyWaitExpired``: wait for the stream, release the
+        launch control and empty every slot's hot state (every position misses next, so
+        leaders and followers refill from the host pool). Not a decode-path call."""
+        if pools.shape is None:
+            raise BadBatch("a follower's pools have no launch state to recover")
+        self.stream.synchronize()
+        with self.stream:
+            for word in LAUNCH_WORDS:
+                pools.ctrl[word] = 0
+            for slot in range(pools.layout.slots):
+                self.reset_slot(pools, slot)
+            pools.ready[...] = -1
+        self.stream.synchronize()
+        pools.refusals_seen[:] = [int(c) for c in pools.status]
+        pools.poisoned = False
 
     # -- spills -------------------------------------------------------------------
 
@@ -128,15 +158,15 @@ class CudaExecutor:
         """One spill; ``enqueue_spills`` batches a step's spills into one launch."""
         self.enqueue_spills(pools, [(transfer_id, src_gpu_block, dst_host_block)])
 
-    def enqueue_spills(self, pools: CudaPools, spills: Sequence[Spill]) -> None:
+    def enqueue_spills(self, pools: CudaPools, spills: Sequence[SpillCopy]) -> None:
         """Queue whole-block copies device -> pinned host after the work already queued on
         the compute stream, in one kernel launch on the spill stream.
 
         Everything is checked before anything is queued (``BadTransfer``): coordinates in
         range, one copy per transfer ID per cache, no host block written twice in flight.
         """
-        spec = pools.spec
-        checked = check_spills(spec, spills)
+        layout = pools.layout
+        checked = check_spills(layout, spills)
         for t, _, d in checked:
             if t in self._landed:
                 raise BadTransfer(f"transfer {t} has already completed; use a fresh transfer ID")
@@ -156,13 +186,14 @@ class CudaExecutor:
         produced = cupy.cuda.Event(block=False, disable_timing=True)
         produced.record(self.stream)
         pairs = np.array([(d, s) for _, s, d in checked], dtype=np.int32)  # (dst, src)
-        bv = spec.block_tokens * spec.row_bytes // 16
+        pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]  # write host memory in order
+        bv = layout.block_tokens * layout.row_bytes // 16
         with self.spill_stream:
             self.spill_stream.wait_event(produced)
             dev_pairs = cupy.empty(pairs.shape, dtype=cupy.int32)
             dev_pairs.set(pairs, stream=self.spill_stream)
             total = len(checked) * bv
-            grid = max(1, min(-(-total // (4 * COPY_THREADS)), 4 * 132))
+            grid = max(1, min(-(-total // (4 * COPY_THREADS)), 4 * self.sms))
             self.kernels.spill(
                 (grid,), (COPY_THREADS,),
                 (dev_pairs, np.int32(len(checked)), np.int32(bv), pools.device,
@@ -190,7 +221,10 @@ class CudaExecutor:
 
     def completed(self) -> list[int]:
         """Transfer IDs whose every copy has landed since the last call; polls events,
-        never waits."""
+        never waits. First raises any resolver refusal the device reported since the
+        last check (``LaunchRefused``; landed IDs wait for the next call)."""
+        for pools in list(self._leaders):
+            pools.check_launches(sticky=False)
         for batch in list(self._batches):
             if batch.done.done:
                 self._land(batch)
@@ -218,9 +252,9 @@ class CudaExecutor:
     def read_host_rows(self, pools: CudaPools, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
         """Host rows for a CPU reader, after waiting on the host-write event of any copy
         still queued into their blocks."""
-        spec = pools.spec
-        checked = check_host_rows(spec, rows)
-        for block in np.unique(checked // spec.block_tokens):
+        layout = pools.layout
+        checked = check_host_rows(layout, rows)
+        for block in np.unique(checked // layout.block_tokens):
             tid = pools.pending_blocks.get(int(block))
             if tid is not None:
                 for batch in list(self._pending.get(tid, [])):
@@ -243,9 +277,11 @@ class CudaExecutor:
     def resolve(self, pools: CudaPools, batch: ResolveBatch) -> CudaResolveResult:
         """Validate on the host, upload with one async copy, one resolver launch.
 
-        Returns device outputs without synchronizing; ``result.host()`` reads them back.
+        Returns device outputs without synchronizing; ``result.to_host()`` reads them back.
+        Raises ``LaunchRefused`` first if the device refused an earlier launch.
         """
-        check_batch(pools.spec, batch, pools.last_step)
+        pools.check_launches()
+        check_batch(pools.layout, batch, pools.last_step)
         n, k = batch.topk.shape
         shape = self._leader_shape(pools, k)
         if n and batch.topk.max() >= shape.max_positions:
@@ -259,7 +295,8 @@ class CudaExecutor:
             if per_slot.max() > self.entries_per_slot:
                 raise BadBatch(
                     f"a slot has {per_slot.max()} entries; this executor is configured for "
-                    f"entries_per_slot={self.entries_per_slot} (speculative steps + 1)"
+                    f"num_speculative_tokens={self.num_speculative_tokens} "
+                    f"({self.entries_per_slot} entries per slot)"
                 )
         cupy = self._cupy
         packed = np.empty(2 + n + 3 * n * k, dtype=np.int32)
@@ -272,6 +309,7 @@ class CudaExecutor:
             dev.set(packed, stream=self.stream)
             inputs = dev[2 + n :].reshape(3, n, k)
             out = CudaResolveResult.empty(n, k)
+            out.check = pools.check_launches
             if n:
                 self._order_after_spills()
                 self._launch(pools, shape, dev[2 : 2 + n], inputs[0], inputs[1], inputs[2],
@@ -284,8 +322,12 @@ class CudaExecutor:
         no validation, no allocation, no host work, so it can be captured in a CUDA graph
         and replayed with new inputs. The caller keeps the contract ``resolve`` checks
         (slot runs, ranges, increasing step) and orders it after spills
-        (``order_after_spills``) outside the graph."""
+        (``order_after_spills``) outside the graph. A replay whose step does not exceed
+        the last completed launch's is refused on the device (``StaleStep`` at the next
+        host call), as are concurrent launches on the same pools (``LaunchConflict``)."""
+        pools.check_launches()
         shape = self._leader_shape(pools, buffers.topk.shape[1])
+        buffers.result.check = pools.check_launches
         with self.stream:
             self._launch(pools, shape, buffers.slots, buffers.topk, buffers.resident_row,
                          buffers.host_row, buffers.step, buffers.result)
@@ -317,18 +359,19 @@ class CudaExecutor:
         self, pools: CudaPools, shape: ResolverShape, slots: Any, topk: Any, resident: Any,
         host: Any, step: Any, out: CudaResolveResult,
     ) -> None:
-        spec = pools.spec
+        layout = pools.layout
         n, k = topk.shape
         helpers = max(0, self.sms - n)  # idle SMs help copy the misses of few, big runs
         self._resolver(shape)(
             (n + helpers,), (RESOLVE_THREADS,),
             (slots, topk, resident, host, step, np.int32(n), np.int32(k),
              pools.hot_tag, pools.hot_stamp, pools.lru_order, pools.where, pools.ready,
-             pools.ctrl, pools.host_device, pools.device,
-             np.int32(spec.hot_rows), np.int32(shape.max_positions),
-             np.int32(spec.resident_rows),
-             np.int32(spec.row_bytes // 16),
-             out.rows, out.plan.pairs, out.plan.counts, out.counters),
+             pools.ctrl, pools.status_device, pools.host_device, pools.device,
+             np.int32(layout.hot_rows), np.int32(shape.max_positions),
+             np.int32(layout.resident_rows),
+             np.int32(layout.row_bytes // 16),
+             out.rows, out.plan.pairs, out.plan.counts, out.counters, out.plan.copy_pairs,
+             out.take),
             shared_mem=shape.smem,
         )
 
@@ -341,7 +384,7 @@ class CudaExecutor:
         cupy = self._cupy
         with self.stream:
             if not isinstance(plan, DevicePlan):
-                check_plan(follower.spec, plan)
+                check_plan(follower.layout, plan)
                 if plan.shape[0] == 0:
                     return
                 pairs = cupy.asarray(plan.reshape(1, -1, 2))
@@ -349,12 +392,13 @@ class CudaExecutor:
             n, k, _ = plan.pairs.shape
             if n == 0 or k == 0:
                 return
-            rv = follower.spec.row_bytes // 16
-            per_entry = max(1, min(-(-k * rv // (4 * COPY_THREADS)), -(-264 // n)))
+            rv = follower.layout.row_bytes // 16
+            per_entry = max(1, min(-(-k * rv // (4 * COPY_THREADS)), -(-2 * self.sms // n)))
+            pairs = plan.copy_pairs if plan.copy_pairs is not None else plan.pairs
             self._order_after_spills()
             self.kernels.replay(
                 (n, per_entry), (COPY_THREADS,),
-                (plan.pairs, plan.counts, np.int32(k), np.int32(rv), follower.host_device,
+                (pairs, plan.counts, np.int32(k), np.int32(rv), follower.host_device,
                  follower.device),
             )
 
@@ -366,8 +410,8 @@ class CudaExecutor:
         """Write whole device rows (prefill, tests)."""
         cupy = self._cupy
         rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= pools.spec.device_rows):
-            raise BadPlan(f"device rows outside 0..{pools.spec.device_rows - 1}")
+        if rows.size and (rows.min() < 0 or rows.max() >= pools.layout.device_rows):
+            raise BadPlan(f"device rows outside 0..{pools.layout.device_rows - 1}")
         with self.stream:
             pools.device[cupy.asarray(rows)] = cupy.asarray(data, dtype=cupy.uint8)
 

@@ -4,8 +4,9 @@
 // The resolver follows docs/resolver.md rule for rule; hisparse.executor.resolver.decide
 // is the oracle it is tested against bit for bit. One thread block decides one slot's
 // run of consecutive entries (speculative steps), so the slot's LRU state is private to
-// that block for the launch; idle blocks only help copy missing rows once a run's plan
-// is published. No host round trip anywhere.
+// that block for the launch; a big run's copies are drained by every block with
+// nothing else to do (the copy queue), once the run's plan is published. One launch at
+// a time owns a cache's pools (claim / release below). No host round trip anywhere.
 //
 // Per-slot state in global memory: hot_tag / hot_stamp (int64 [slots, H], the public
 // LRU state) and two indexes derived from them, kept in step by the kernel:
@@ -28,8 +29,48 @@ __device__ long long hisparse_prof[16];
 #define OCC_NONE (-1)            // occ[]: padding or resident, nothing to do
 #define OCC_LOOKUP (-2)          // occ[]: a miss; becomes its first occurrence's index
 #define OCC_HOT (-3)             // occ[]: resolved as a hot hit
-#define BCAST 66                 // ws[]: the broadcast slot (ws[0..65] is scan scratch)
-#define WS_INTS 68               // ints of scan scratch + broadcast in shared memory
+// HS_WS_INTS (ints of scan scratch + broadcast slots in shared memory) is defined once,
+// in kernels.py (WS_INTS), which passes it here and sizes shared memory from it.
+#ifndef HS_WS_INTS
+#error "HS_WS_INTS must be passed by kernels.py (WS_INTS)"
+#endif
+#define WS_INTS HS_WS_INTS
+#define BCAST (WS_INTS - 2)      // ws[]: the broadcast slot (ws[0..65] is scan scratch)
+static_assert(BCAST >= 66 && WS_INTS % 2 == 0, "scan scratch is 33 long longs");
+
+// Launch control, ctrl[] (int64, device memory, per pools). One launch at a time owns
+// the pools: its blocks claim the owner word with the launch's step, draw tickets, and
+// the last one out resets the tickets and releases the word. A block that finds the
+// pools owned by another step (a concurrent launch, or one that never finished) or a
+// step not above the last completed launch's (a graph replay without a new step)
+// refuses: it touches no pool state, marks its entry's outputs empty (rows -1, no
+// plan), and counts the refusal in host_status[] (mapped pinned host memory), which
+// the host reads without a sync or a copy and raises as a typed error.
+// The indices and codes below are defined once, in kernels.py (CONTROL), and passed in:
+// CTRL_OWNER (0 idle, else OWNED | step; POISON sticks once set), CTRL_LAST_STEP (step
+// of the last launch that completed), CTRL_TICKETS, CTRL_DONE, CTRL_REFUSED ([+ code]:
+// refused blocks per code, device copy), CTRL_FRONT / CTRL_PUBLISHED / CTRL_BIG (the copy
+// queue's lowest open entry, runs published, big runs published), REFUSE_STALE (step <= the last completed
+// launch's), REFUSE_CONFLICT (pools held by another launch, or poisoned), REFUSE_TIMEOUT
+// (a copy helper's wait for a plan expired; never expected).
+#if !defined(CTRL_OWNER) || !defined(CTRL_LAST_STEP) || !defined(CTRL_TICKETS) || \
+    !defined(CTRL_DONE) || !defined(CTRL_REFUSED) || !defined(REFUSE_STALE) || \
+    !defined(CTRL_FRONT) || !defined(CTRL_PUBLISHED) || !defined(CTRL_BIG) || \
+    !defined(REFUSE_CONFLICT) || !defined(REFUSE_TIMEOUT)
+#error "launch-control indices must be passed by kernels.py (CONTROL)"
+#endif
+#define OWNED (1ull << 62)
+#define POISON (1ull << 63)
+#define STEP_BITS (OWNED - 1)
+#ifndef HS_WAIT_NS
+#define HS_WAIT_NS 60000000000ll // a helper's wait for a published plan, at most (60 s)
+#endif
+// SORT_MIN_BATCH (from kernels.py): a big entry's misses are copied in host-address order
+// in launches of at least this many entries, where the copy is PCIe-bound and the sort's
+// few microseconds before the plan is published are hidden; a large value turns it off.
+#ifndef SORT_MIN_BATCH
+#error "SORT_MIN_BATCH must be passed by kernels.py"
+#endif
 
 __device__ __forceinline__ int warp_inclusive_scan(int v) {
     const int lane = threadIdx.x & 31;
@@ -156,58 +197,254 @@ __device__ __forceinline__ bool is_head(const int* slots, int e) {
     return s >= 0 && (e == 0 || slots[e - 1] != s);
 }
 
-// The copy work of run heads is split between the head's block (part 0) and helper
-// blocks (parts 1..): helper h serves head rank h % heads. One pass over the slots
-// returns the number of heads and, through *which, either the entry of the head helper
-// h serves (h >= 0) or the rank of head entry e (h < 0); 0 heads leaves *which unset.
-__device__ int heads_info(const int* slots, int n, int h, int e, int* which, int* ws) {
-    int mine = 0;
-    const int per = (n + blockDim.x - 1) / blockDim.x;
-    const int lo = threadIdx.x * per;
-    for (int c = 0; c < per; ++c)
-        if (lo + c < n && is_head(slots, lo + c)) ++mine;
-    int heads;
-    int before = block_exclusive_scan(mine, ws, &heads);
-    if (heads == 0) return 0;
-    const int rank = h >= 0 ? h % heads : -1;
-    for (int c = 0; c < per; ++c) {
-        const int x = lo + c;
-        if (x < n && is_head(slots, x)) {
-            if (rank >= 0 && before == rank) ws[BCAST] = x;
-            if (rank < 0 && x == e) ws[BCAST] = before;
-            ++before;
-        }
-    }
-    __syncthreads();
-    *which = ws[BCAST];
-    __syncthreads();
-    return heads;
-}
-
 // A run whose copies fit one round of one block (four 16-byte vectors per thread) is
-// copied by its head alone; head and helpers apply the same rule to the same count.
+// copied by its head alone; bigger runs go through the copy queue.
 __device__ __forceinline__ bool small_copy(int misses, int rv) {
     return (i64)misses * rv <= 4 * (i64)blockDim.x;
 }
 
-// Copy this block's share (part `part` of `parts`) of a run's miss plan.
-__device__ void copy_share(const int* plan, const int* plan_count, int e0, int e1, int K,
-                           int rv, int part, int parts, const uint4* host_pool,
-                           uint4* device_pool) {
-    for (int e = e0; e < e1; ++e) {
-        const int total = __ldcg(plan_count + e) * rv;
-        copy_range((const int2*)(plan + (i64)e * K * 2), (int)((i64)total * part / parts),
-                   (int)((i64)total * (part + 1) / parts), rv, host_pool, device_pool,
-                   threadIdx.x, blockDim.x);
-    }
+// Copy a (small) run's whole miss plan with this block.
+__device__ void copy_run(const int* plan, const int* plan_count, int e0, int e1, int K,
+                         int rv, const uint4* host_pool, uint4* device_pool) {
+    for (int e = e0; e < e1; ++e)
+        copy_range((const int2*)(plan + (i64)e * K * 2), 0, __ldcg(plan_count + e) * rv, rv,
+                   host_pool, device_pool, threadIdx.x, blockDim.x);
 }
 
 __device__ __forceinline__ int load_cg(const int* p) { return __ldcg(p); }
 __device__ __forceinline__ i64 load_cg(const i64* p) { return __ldcg((const long long*)p); }
 
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Count one refused block under `code`, on the device and in mapped host memory (a
+// plain store of the new count: the host raises when it grows, no atomics over PCIe).
+__device__ void report(int code, i64* ctrl, volatile i64* host_status) {
+    unsigned long long* counts = (unsigned long long*)(ctrl + CTRL_REFUSED);
+    const unsigned long long c = atomicAdd(counts + code, 1ull) + 1ull;
+    host_status[code] = (i64)c;
+    __threadfence_system();
+}
+
+// Thread 0 of each block: its ticket, or -code when the block must refuse. The owner
+// word admits one launch (one step) at a time; a block of any other launch poisons it,
+// so the conflict is refused until the host recovers the pools, and never waited on.
+__device__ int claim(i64* ctrl, i64 step) {
+    unsigned long long* w = (unsigned long long*)ctrl;
+    const unsigned long long mine = OWNED | ((unsigned long long)step & STEP_BITS);
+    // The step check and the claim fly together (one round trip less per block); a
+    // stale block that took the idle word gives it back, so the pools stay idle.
+    const i64 last = *((volatile i64*)(ctrl + CTRL_LAST_STEP));
+    const unsigned long long old = atomicCAS(w + CTRL_OWNER, 0ull, mine);
+    if (step <= last) {
+        if (old == 0ull) atomicCAS(w + CTRL_OWNER, mine, 0ull);
+        return -REFUSE_STALE;
+    }
+    if (old != 0ull && (old & ~POISON) != mine) {
+        atomicOr(w + CTRL_OWNER, POISON);
+        return -REFUSE_CONFLICT;
+    }
+    const unsigned long long t = atomicAdd(w + CTRL_TICKETS, 1ull);
+    if (t >= gridDim.x) {  // more blocks than this launch has: a second one of this step
+        atomicOr(w + CTRL_OWNER, POISON);
+        return -REFUSE_CONFLICT;
+    }
+    return (int)t;
+}
+
+// Thread 0 of each block that drew a ticket: the last one out resets the tickets,
+// records the step and releases the owner word (keeping POISON).
+__device__ void release(i64* ctrl, i64 step) {
+    unsigned long long* w = (unsigned long long*)ctrl;
+    __threadfence();
+    if (atomicAdd(w + CTRL_DONE, 1ull) == gridDim.x - 1ull) {
+        atomicExch(w + CTRL_TICKETS, 0ull);
+        atomicExch(w + CTRL_DONE, 0ull);
+        atomicExch(w + CTRL_FRONT, 0ull);
+        atomicExch(w + CTRL_PUBLISHED, 0ull);
+        atomicExch(w + CTRL_BIG, 0ull);
+        atomicExch(w + CTRL_LAST_STEP, (unsigned long long)step);
+        __threadfence();
+        atomicAnd(w + CTRL_OWNER, POISON);
+    }
+}
+
+// A refused block: counts itself and leaves entry blockIdx.x empty (rows -1, no plan,
+// zero counters) so nothing downstream reads a stale or uninitialized row.
+__device__ void refuse(int code, i64* ctrl, volatile i64* host_status, int n, int K,
+                       int* rows, int* plan_count, int* counters) {
+    if (threadIdx.x == 0) report(code, ctrl, host_status);
+    const int e = blockIdx.x;
+    if (e < n) {
+        for (int i = threadIdx.x; i < K; i += blockDim.x) rows[(i64)e * K + i] = -1;
+        if (threadIdx.x < 3) counters[e * 3 + threadIdx.x] = 0;
+        if (threadIdx.x == 0) plan_count[e] = 0;
+    }
+}
+
+// Copy order of a big entry: its `m` packed copies (host row << 32 | plan index << 16 |
+// hot row) sorted ascending by a bitonic sort in shared memory (ties cannot occur: the
+// plan index is part of the key), then stored as (device row, host row) pairs, so the
+// block reads pinned host memory in address order. Called by the whole block.
+__device__ void sort_copies(i64* key, int m, int* out, int hot0) {
+    int n2 = 1;
+    while (n2 < m) n2 <<= 1;
+    for (int i = m + threadIdx.x; i < n2; i += blockDim.x) key[i] = 0x7fffffffffffffffll;
+    __syncthreads();
+    for (int k = 2; k <= n2; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+                const int p = i ^ j;
+                if (p > i) {
+                    const i64 a = key[i], b = key[p];
+                    if ((a > b) == ((i & k) == 0)) { key[i] = b; key[p] = a; }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        const i64 v = key[i];
+        out[2 * i] = hot0 + (int)(v & 0xffff);
+        out[2 * i + 1] = (int)(v >> 32);
+    }
+}
+
+__device__ __forceinline__ i64 load_volatile(const i64* p) { return *(const volatile i64*)p; }
+
+// Wait (thread 0 of a block; bounded) until ready[s] holds this launch's step.
+__device__ bool await_plan(const i64* ready, int s, i64 step, i64* ctrl,
+                           volatile i64* host_status) {
+    const unsigned long long t0 = global_ns();
+    while (load_volatile(ready + s) != step) {
+        if (global_ns() - t0 > (unsigned long long)HS_WAIT_NS) {
+            report(REFUSE_TIMEOUT, ctrl, host_status);
+            return false;
+        }
+        __nanosleep(100);
+    }
+    __threadfence();
+    return true;
+}
+
+// The entry-major copy queue. The misses of big runs (those not small_copy) are copied
+// in chunks of QUEUE_CHUNK vectors, claimed through take[e], lowest entry first, by every
+// block that has nothing else to do: every SM copies until the step's copies are done,
+// as a plain gather does, instead of each block copying its own entry (which leaves
+// SMs idle behind the biggest entries, and in waves when entries outnumber SMs). Warp 0
+// scans 32 entries per step: padding, small or exhausted entries are skipped, the first
+// unpublished one is waited for. A block waits only for entries <= lim, whose runs were
+// decided by blocks with earlier tickets, and for entries whose run's ticket has been
+// drawn (running blocks that publish before they wait): the queue cannot deadlock, and
+// a block that finds nothing it may wait for exits, freeing its SM for later tickets.
+#ifndef HS_QUEUE_ROUNDS
+#define HS_QUEUE_ROUNDS 2        // a queue chunk: this many vectors per thread of a block
+#endif
+#define QUEUE_CHUNK (HS_QUEUE_ROUNDS * (int)blockDim.x)
+
+// Warp 0: claim the next chunk at or after entry x. The block may wait for entries up
+// to lim (its own run) and any entry below the tickets drawn so far (its run's deciding
+// block is running). Returns the entry in *got_x (past the limit: none left, or a wait
+// expired) and the chunk index in *got_c.
+__device__ void claim_chunk(int x, int lim, int n, const int* slots, const i64* ready,
+                            i64 step, const int* plan_count, int* take, i64* ctrl,
+                            volatile i64* host_status, int rv, int* got_x, int* got_c) {
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x;
+    int cur = 0;
+    if (lane == 0) {
+        const i64 f = load_volatile(ctrl + CTRL_FRONT);
+        cur = x > f ? x : (int)f;
+        const i64 drawn = load_volatile(ctrl + CTRL_TICKETS);
+        const i64 started = (drawn < n ? drawn : n) - 1;
+        if (started > lim) lim = (int)started;
+    }
+    cur = __shfl_sync(full, cur, 0);
+    lim = __shfl_sync(full, lim, 0);
+    int gx = lim + 1, gc = -1;
+    while (cur <= lim) {
+        const int y = cur + lane;
+        int state = 0, total = 0;  // 0 nothing to copy, 1 not yet published, 2 work
+        if (y <= lim) {
+            const int s = slots[y];
+            if (s >= 0) {
+                if (load_volatile(ready + s) != step) {
+                    state = 1;
+                } else {
+                    total = __ldcg(plan_count + y) * rv;
+                    const int t = __ldcg(take + y);
+                    state = (t >= 0 && (i64)t * QUEUE_CHUNK < total) ? 2 : 0;
+                }
+            }
+        }
+        const unsigned pending = __ballot_sync(full, state != 0);
+        if (pending == 0) { cur += 32; continue; }
+        const int first = __ffs(pending) - 1;
+        const int fs = __shfl_sync(full, state, first);
+        if (lane == 0 && first > 0)  // entries before cur + first are done
+            atomicMax((long long*)(ctrl + CTRL_FRONT), (long long)(cur + first));
+        if (fs == 1) {
+            int ok = 1;
+            if (lane == 0) ok = await_plan(ready, slots[cur + first], step, ctrl, host_status);
+            if (!__shfl_sync(full, ok, 0)) break;
+            cur += first;
+            continue;
+        }
+        int c = 0;
+        if (lane == first) c = atomicAdd(take + y, 1);
+        c = __shfl_sync(full, c, first);
+        const int tot = __shfl_sync(full, total, first);
+        if ((i64)c * QUEUE_CHUNK < tot) { gx = cur + first; gc = c; break; }
+        cur += first;  // exhausted meanwhile: it reads as done next time
+    }
+    if (lane == 0) { *got_x = gx; *got_c = gc; }
+}
+
+// The whole block: claim and copy chunks until none is left at or below entry lim.
+// Warp 0 claims the next chunk before it copies its part of the current one, so the
+// claim's round trips overlap the other warps' copies.
+__device__ void copy_queue(int lim, int n, const int* slots, const i64* ready, i64 step,
+                           const int* plan_count, int* take, i64* ctrl,
+                           volatile i64* host_status, const int* copy_plan, int K, int rv,
+                           const uint4* __restrict__ host_pool, uint4* __restrict__ device_pool,
+                           int* ws) {
+    int* next = ws + BCAST;  // [2]: the claimed (entry, chunk)
+    if (threadIdx.x < 32)
+        claim_chunk(0, lim, n, slots, ready, step, plan_count, take, ctrl, host_status, rv,
+                    next, next + 1);
+    __syncthreads();
+    for (;;) {
+        const int gx = next[0], gc = next[1];
+        __syncthreads();  // every thread has read the claim before warp 0 replaces it
+        if (gc < 0) return;
+        if (threadIdx.x < 32)
+            claim_chunk(gx, lim, n, slots, ready, step, plan_count, take, ctrl, host_status,
+                        rv, next, next + 1);
+        const int total = __ldcg(plan_count + gx) * rv;
+        const int lo = gc * QUEUE_CHUNK;
+        const int hi = total < lo + QUEUE_CHUNK ? total : lo + QUEUE_CHUNK;
+        copy_range((const int2*)(copy_plan + (i64)gx * K * 2), lo, hi, rv, host_pool,
+                   device_pool, threadIdx.x, blockDim.x);
+        __syncthreads();  // the next claim is in shared memory
+    }
+}
+
+// Number of runs (heads) in the batch, for the whole block.
+__device__ int count_heads(const int* slots, int n, int* ws) {
+    int mine = 0;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) mine += is_head(slots, e);
+    int heads;
+    block_exclusive_scan(mine, ws, &heads);
+    return heads;
+}
+
 // Grid: n + helpers blocks of 1024 threads. Blocks take tickets in start order; ticket
 // t < n decides entry t's run (if t heads one), ticket t >= n is a copy helper. A helper
-// only waits for runs whose deciding block is already running, so waiting is safe.
+// only waits for runs whose deciding block is already running (tickets of one launch
+// only: claim()), so waiting is safe; the wait is bounded all the same.
 //
 // where[s][p] is the slot's position -> hot-row index, kept with hot_tag: a hot row's
 // index, ABSENT, or (only inside a launch) MISS_BASE + the first occurrence of a miss.
@@ -224,14 +461,17 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     int* __restrict__ lru_order,         // [slots, H]
     int* __restrict__ where,             // [slots, P]
     i64* __restrict__ ready,             // [slots]: step whose plan for the slot is complete
-    int* __restrict__ ctrl,              // [2]: ticket, blocks done (reset by the last block)
+    i64* __restrict__ ctrl,              // [8]: launch control (CTRL_*)
+    volatile i64* host_status,           // [8] mapped pinned: refused blocks per code
     const uint4* __restrict__ host_pool, // mapped pinned host rows
     uint4* __restrict__ device_pool,     // packed resident + hot rows
     int H, int P, int R, int rv,
     int* __restrict__ rows,              // [n, K] out
     int* __restrict__ plan,              // [n, K, 2] out: first plan_count[e] pairs valid
     int* __restrict__ plan_count,        // [n] out
-    int* __restrict__ counters)          // [n, 3] out: resident, hot, miss
+    int* __restrict__ counters,          // [n, 3] out: resident, hot, miss
+    int* __restrict__ copy_plan,         // [n, K, 2] out: the plan in host-row order
+    int* __restrict__ take)              // [n] scratch: chunks claimed (-1: not queued)
 {
     extern __shared__ __align__(16) int smem[];
     const int tid = threadIdx.x;
@@ -240,37 +480,42 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
     int* victims = used + H;             // [K] the entry's victims, in LRU order
     int* first_row = victims + K;        // [K] row taken by a miss's first occurrence
     int* new_order = first_row + K;      // [H] the order being committed
+    // [pow2(K)] int64, 8-aligned: an entry's copies as (host row, plan index, hot row)
+    i64* sort_key = (i64*)(smem + ((WS_INTS + 2 * H + 2 * K + 1) & ~1));
 
-    if (tid == 0) ws[BCAST] = atomicAdd(&ctrl[0], 1);
+    const i64 step = *step_ptr;
+    if (tid == 0) ws[BCAST] = claim(ctrl, step);
     __syncthreads();
     const int ticket = ws[BCAST];
     __syncthreads();
-    const i64 step = *step_ptr;
-    const int helpers = gridDim.x - n;
+    if (ticket < 0) {  // refused: no pool state touched; this block's entry reads empty
+        refuse(-ticket, ctrl, host_status, n, K, rows, plan_count, counters);
+        return;
+    }
 
     if (ticket >= n) {  // a copy helper
-        const int h = ticket - n;
-        int head;
-        const int heads = heads_info(slots, n, h, -1, &head, ws);
-        if (heads > 0) {  // uniform across the block: every thread saw the same total
-            const int rank = h % heads;
-            const int s = slots[head];
-            int e1 = head + 1;
-            while (e1 < n && slots[e1] == s) ++e1;
-            const int parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
-            if (tid == 0) {
-                volatile i64* flag = ready + s;
-                while (*flag != step) __nanosleep(100);
-                __threadfence();
-                int misses = 0;
-                for (int e = head; e < e1; ++e) misses += __ldcg(plan_count + e);
-                ws[BCAST] = misses;
+        // Copies of big runs, if any: wait until one is published or every run is.
+        const int heads = count_heads(slots, n, ws);
+        if (tid == 0) {
+            const unsigned long long t0 = global_ns();
+            int work = 0;
+            for (;;) {
+                if (load_volatile(ctrl + CTRL_BIG) > 0) { work = 1; break; }
+                if (load_volatile(ctrl + CTRL_PUBLISHED) >= heads) break;
+                if (global_ns() - t0 > (unsigned long long)HS_WAIT_NS) {
+                    report(REFUSE_TIMEOUT, ctrl, host_status);
+                    break;
+                }
+                __nanosleep(100);
             }
-            __syncthreads();
-            if (!small_copy(ws[BCAST], rv))  // a small run is copied by its head alone
-                copy_share(plan, plan_count, head, e1, K, rv, 1 + h / heads, parts, host_pool,
-                           device_pool);
+            ws[BCAST] = work;
         }
+        __syncthreads();
+        const bool work = ws[BCAST];
+        __syncthreads();  // read before copy_queue reuses the slot
+        if (work)
+            copy_queue(n - 1, n, slots, ready, step, plan_count, take, ctrl, host_status,
+                       copy_plan, K, rv, host_pool, device_pool, ws);
     } else if (is_head(slots, ticket) || slots[ticket] < 0) {
         const int e0 = ticket;
         const int s = slots[e0];
@@ -283,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
         i64* tag = hot_tag + (i64)s * H;
         i64* stamp = hot_stamp + (i64)s * H;
         int* wh = where + (i64)s * P;
-        bool touched = false, wrote_plan = false;
+        bool touched = false;
         int run_misses = 0;  // copies the run's plan holds (every thread knows it)
         int ord[HS_HPT];  // this thread's chunk of the (stamp, row) order at launch start
 
@@ -372,6 +617,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                 PROF(3);
                 filled = m < n_cand ? m : n_cand;  // shape checks make m <= n_cand
                 int hr[HS_IPT], vj[HS_IPT], old[HS_IPT];
+                const bool sorted = n >= SORT_MIN_BATCH && !small_copy(filled, rv);
                 int r = rank;
 #pragma unroll
                 for (int c = 0; c < HS_IPT; ++c) {
@@ -400,13 +646,15 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                         row = hot0 + j;
                         plan[pi] = row;
                         plan[pi + 1] = hr[c];
-                        wrote_plan = true;
+                        if (sorted) sort_key[r] = ((i64)hr[c] << 32) | ((i64)r << 16) | j;
+                        else { copy_plan[pi] = row; copy_plan[pi + 1] = hr[c]; }
                     }
                     out[i] = row;
                     first_row[i] = row;
                     ++r;
                 }
                 __syncthreads();
+                if (sorted) sort_copies(sort_key, filled, copy_plan + row0 * 2, hot0);
                 PROF(4);
                 // Repeats of a missed position map to the row its first occurrence took.
 #pragma unroll
@@ -426,11 +674,18 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             PROF(5);
         }
 
-        // The run's plan is complete: its writers fence, then its helpers may copy.
-        if (s >= 0 && helpers > 0) {
-            if (wrote_plan || tid == 0) __threadfence();
+        // The run's plan is complete: its writers fence, then other blocks may copy.
+        const bool queued = !small_copy(run_misses, rv);
+        if (s >= 0) {
+            for (int e = e0 + tid; e < e1; e += blockDim.x) take[e] = queued ? 0 : -1;
+            if (run_misses > 0 || tid < e1 - e0 || tid == 0) __threadfence();
             __syncthreads();
-            if (tid == 0) *((volatile i64*)(ready + s)) = step;
+            if (tid == 0) {
+                *((volatile i64*)(ready + s)) = step;
+                if (queued) atomicAdd((unsigned long long*)(ctrl + CTRL_BIG), 1ull);
+                __threadfence();
+                atomicAdd((unsigned long long*)(ctrl + CTRL_PUBLISHED), 1ull);
+            }
         }
 
         if (touched) {
@@ -441,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             i64 to[4];
             if (prefetched) {
                 const int total = run_misses * rv;
-                const int2* pairs = (const int2*)(plan + (i64)e0 * K * 2);
+                const int2* pairs = (const int2*)(copy_plan + (i64)e0 * K * 2);
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     const int idx = tid + u * blockDim.x;
@@ -478,29 +733,23 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
 #pragma unroll
                 for (int u = 0; u < 4; ++u)
                     if (to[u] >= 0) device_pool[to[u]] = buf[u];
-            } else {
-                int parts = 1;
-                if (helpers > 0 && !small_copy(run_misses, rv)) {
-                    int rank;
-                    const int heads = heads_info(slots, n, -1, e0, &rank, ws);
-                    parts = 1 + helpers / heads + (rank < helpers % heads ? 1 : 0);
-                }
-                copy_share(plan, plan_count, e0, e1, K, rv, 0, parts, host_pool, device_pool);
+            } else if (queued) {
+                copy_queue(e1 - 1, n, slots, ready, step, plan_count, take, ctrl, host_status,
+                           copy_plan, K, rv, host_pool, device_pool, ws);
+            } else {  // a small run of several entries: its head alone
+                copy_run(copy_plan, plan_count, e0, e1, K, rv, host_pool, device_pool);
             }
             PROF(7);
         }
     }
 
-    // The last block out resets the tickets for the next launch on these pools.
+    // The last block out resets the tickets, records the step and releases the pools.
     __syncthreads();
-    if (tid == 0 && atomicAdd(&ctrl[1], 1) == (int)gridDim.x - 1) {
-        ctrl[0] = 0;
-        ctrl[1] = 0;
-        __threadfence();
-    }
+    if (tid == 0) release(ctrl, step);
 }
 
-// Follower replay: entry e's first plan_count[e] (hot row, host row) pairs, copied from
+// Follower replay: entry e's first plan_count[e] (hot row, host row) pairs (the copy
+// order the resolver wrote: host-row order for big entries), copied from
 // the follower's host pool into its device pool. grid = (n, blocks per entry).
 extern "C" __global__ void __launch_bounds__(512) hisparse_replay(
     const int* __restrict__ plan, const int* __restrict__ plan_count, int K, int rv,

@@ -14,8 +14,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.cuda.backend import load_cupy
-from hisparse.executor.cuda.kernels import ResolverShape
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.cuda.kernels import (
+    CTRL_LAST_STEP,
+    CTRL_WORDS,
+    REFUSE_CONFLICT,
+    REFUSE_STALE,
+    REFUSE_TIMEOUT,
+    ResolverShape,
+)
+from hisparse.executor.errors import CopyWaitExpired, LaunchConflict, LaunchRefused, StaleStep
+from hisparse.executor.layout import PoolLayout
 
 ABSENT = 0x7FFFFFFF
 """``where`` entry of a position that is not hot (kernels.cu's ABSENT)."""
@@ -53,12 +61,12 @@ class PinnedHostBuffer:
     def host_view(self, rows: int, row_bytes: int) -> NDArray[np.uint8]:
         return np.asarray(self).reshape(rows, row_bytes)
 
-    def device_view(self, rows: int, row_bytes: int) -> Any:
+    def device_view(self, rows: int, row_bytes: int, dtype: Any = np.uint8) -> Any:
         """The same bytes as a CuPy array, for kernels (UVA device pointer)."""
         cupy = load_cupy()
         mem = cupy.cuda.UnownedMemory(self.device_ptr, self.nbytes, self)
         ptr = cupy.cuda.MemoryPointer(mem, 0)
-        return cupy.ndarray((rows, row_bytes), dtype=cupy.uint8, memptr=ptr)
+        return cupy.ndarray((rows, row_bytes), dtype=dtype, memptr=ptr)
 
 
 @dataclass(eq=False)
@@ -71,7 +79,7 @@ class CudaPools:
     (stamp, row), the kernel's victim order.
     """
 
-    spec: PoolSpec
+    layout: PoolLayout
     shape: ResolverShape | None
     device: Any
     host: NDArray[np.uint8]
@@ -84,33 +92,69 @@ class CudaPools:
     ready: Any
     """int64 [slots]: the step whose miss plan for the slot is complete (copy helpers)."""
     ctrl: Any
-    """int32 [2]: the resolver's block tickets; the last block of a launch resets them."""
+    """int64 [CTRL_WORDS]: the resolver's launch control (owner, last step, tickets,
+    blocks done, refusals); the last block of a launch resets the tickets."""
     pinned: PinnedHostBuffer
+    status: NDArray[np.int64] = field(default_factory=lambda: np.zeros(CTRL_WORDS, np.int64))
+    """Refused resolver blocks per code, written by the device into mapped pinned memory
+    (``status_device`` is the kernel's view): read without a sync or a copy."""
+    status_device: Any = None
+    status_pinned: PinnedHostBuffer | None = None
+    refusals_seen: list[int] = field(default_factory=lambda: [0] * CTRL_WORDS)
+    poisoned: bool = False
+    """A conflict was reported: every launch refuses until ``CudaExecutor.recover``."""
     last_step: int | None = None
     pending_blocks: dict[int, int] = field(default_factory=dict)
     """Host block -> transfer ID of the copy still queued into it."""
 
+    def check_launches(self, sticky: bool = True) -> None:
+        """Raise what the device reported since the last check (``LaunchRefused``); a
+        read of pinned host memory, never a sync. With ``sticky`` a poisoned cache raises
+        every time (a launch on it would only refuse)."""
+        error: LaunchRefused | None = None
+        for code, kind in ((REFUSE_TIMEOUT, CopyWaitExpired), (REFUSE_STALE, StaleStep),
+                           (REFUSE_CONFLICT, LaunchConflict)):
+            count = int(self.status[code])
+            if count > self.refusals_seen[code]:
+                blocks = count - self.refusals_seen[code]
+                self.refusals_seen[code] = count
+                error = error or kind(blocks)
+                if code != REFUSE_STALE:
+                    self.poisoned = True
+        if error is None and sticky and self.poisoned:
+            error = LaunchConflict(0)
+        if error is not None:
+            raise error
 
-def allocate_pools(spec: PoolSpec, shape: ResolverShape | None) -> CudaPools:
+
+def allocate_pools(layout: PoolLayout, shape: ResolverShape | None) -> CudaPools:
     """Zeroed pools; ``shape`` None allocates a follower (no LRU state)."""
     cupy = load_cupy()
-    pinned = PinnedHostBuffer(spec.host_rows * spec.row_bytes)
-    host = pinned.host_view(spec.host_rows, spec.row_bytes)
+    pinned = PinnedHostBuffer(layout.host_rows * layout.row_bytes)
+    host = pinned.host_view(layout.host_rows, layout.row_bytes)
     host[...] = 0
-    slots = spec.slots if shape is not None else 0
+    slots = layout.slots if shape is not None else 0
     positions = shape.max_positions if shape is not None else 0
-    order = cupy.tile(cupy.arange(spec.hot_rows, dtype=cupy.int32), (slots, 1))
+    order = cupy.tile(cupy.arange(layout.hot_rows, dtype=cupy.int32), (slots, 1))
+    status = PinnedHostBuffer(8 * CTRL_WORDS)
+    host_status = np.asarray(status).view(np.int64)
+    host_status[...] = 0
+    ctrl = cupy.zeros(CTRL_WORDS, dtype=cupy.int64)
+    ctrl[CTRL_LAST_STEP] = -1  # no launch has completed
     return CudaPools(
-        spec=spec,
+        layout=layout,
         shape=shape,
-        device=cupy.zeros((spec.device_rows, spec.row_bytes), dtype=cupy.uint8),
+        device=cupy.zeros((layout.device_rows, layout.row_bytes), dtype=cupy.uint8),
         host=host,
-        host_device=pinned.device_view(spec.host_rows, spec.row_bytes),
-        hot_tag=cupy.full((slots, spec.hot_rows), -1, dtype=cupy.int64),
-        hot_stamp=cupy.full((slots, spec.hot_rows), -1, dtype=cupy.int64),
-        lru_order=order.reshape(slots, spec.hot_rows),
+        host_device=pinned.device_view(layout.host_rows, layout.row_bytes),
+        hot_tag=cupy.full((slots, layout.hot_rows), -1, dtype=cupy.int64),
+        hot_stamp=cupy.full((slots, layout.hot_rows), -1, dtype=cupy.int64),
+        lru_order=order.reshape(slots, layout.hot_rows),
         where=cupy.full((slots, positions), ABSENT, dtype=cupy.int32),
         ready=cupy.full(slots, -1, dtype=cupy.int64),
-        ctrl=cupy.zeros(2, dtype=cupy.int32),
+        ctrl=ctrl,
         pinned=pinned,
+        status=host_status,
+        status_device=status.device_view(1, CTRL_WORDS, np.int64).reshape(CTRL_WORDS),
+        status_pinned=status,
     )

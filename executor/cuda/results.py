@@ -2,11 +2,12 @@
 
 A resolve's miss plan has a data-dependent length; on the GPU it lives as ``[n, K, 2]``
 pairs plus a per-entry count, which followers replay without the host ever learning
-the length. ``host()`` is the explicit, synchronizing way to look at a result.
+the length. ``to_host()`` is the explicit, synchronizing way to look at a result.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,12 +19,18 @@ from hisparse.executor.cuda.backend import load_cupy
 
 @dataclass(frozen=True, eq=False)
 class DevicePlan:
-    """Miss plan on the device: entry ``e``'s copies are ``pairs[e, :counts[e]]``."""
+    """Miss plan on the device: entry ``e``'s copies are ``pairs[e, :counts[e]]``.
+
+    ``copy_pairs`` (when the resolver wrote it) holds the same pairs in the order they
+    are copied, host row ascending for big entries (pinned memory read in address
+    order); ``pairs`` keeps the plan's own order, the one the reference defines.
+    """
 
     pairs: Any  # int32 [n, K, 2]: (hot device row, host row)
     counts: Any  # int32 [n]
+    copy_pairs: Any = None  # int32 [n, K, 2] or None: the copy order
 
-    def host(self) -> np.ndarray:
+    def to_host(self) -> np.ndarray:
         """The plan as ``ResolveResult.plan`` (int32 [m, 2], entry order); synchronizes."""
         cupy = load_cupy()
         pairs, counts = cupy.asnumpy(self.pairs), cupy.asnumpy(self.counts)
@@ -31,18 +38,21 @@ class DevicePlan:
         return (np.concatenate(parts) if parts else np.zeros((0, 2), np.int32)).astype(np.int32)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class CudaResolveResult:
     """What ``CudaExecutor.resolve`` returns: device arrays, valid in stream order.
 
     ``rows`` (int32 [n, K]) is what attention indexes; ``plan`` goes to
     ``CudaExecutor.replay`` for followers; ``counters`` is int32 [n, 3] (resident, hot,
-    miss per entry). Nothing here has been copied to the host.
+    miss per entry). Nothing here has been copied to the host. ``check`` (set by the
+    executor's launch) raises what the device refused (``LaunchRefused``).
     """
 
     rows: Any
     plan: DevicePlan
     counters: Any
+    take: Any = None  # int32 [n]: the launch's copy-queue claims (scratch)
+    check: Callable[[], None] | None = None
 
     @classmethod
     def empty(cls, n: int, k: int) -> CudaResolveResult:
@@ -53,17 +63,22 @@ class CudaResolveResult:
             plan=DevicePlan(
                 pairs=cupy.empty((n, k, 2), dtype=cupy.int32),
                 counts=cupy.empty(n, dtype=cupy.int32),
+                copy_pairs=cupy.empty((n, k, 2), dtype=cupy.int32),
             ),
             counters=cupy.empty((n, 3), dtype=cupy.int32),
+            take=cupy.empty(n, dtype=cupy.int32),
         )
 
-    def host(self) -> ResolveResult:
-        """Copy everything to the host as a ``ResolveResult``; synchronizes the stream."""
+    def to_host(self) -> ResolveResult:
+        """Copy everything to the host as a ``ResolveResult``; synchronizes the stream, then
+        raises ``LaunchRefused`` if the device refused blocks of the launch."""
         cupy = load_cupy()
         totals = cupy.asnumpy(self.counters).sum(axis=0) if self.counters.size else [0, 0, 0]
+        if self.check is not None:
+            self.check()
         return ResolveResult(
             rows=cupy.asnumpy(self.rows),
-            plan=self.plan.host(),
+            plan=self.plan.to_host(),
             resident_hits=int(totals[0]),
             hot_hits=int(totals[1]),
             misses=int(totals[2]),

@@ -79,6 +79,16 @@ def _coordinator(args: argparse.Namespace) -> dict[str, Any]:
 # -- resolver (GPU) -------------------------------------------------------------------
 
 
+def _placements(text: str) -> tuple[str, ...]:
+    from hisparse.bench.resolver import PLACEMENTS
+
+    names = tuple(t.strip() for t in text.split(","))
+    for name in names:
+        if name not in PLACEMENTS:
+            raise argparse.ArgumentTypeError(f"placement must be one of {PLACEMENTS}, got {name!r}")
+    return names
+
+
 def _resolver_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reps", type=positive_int, default=100, help="timed repetitions")
     p.add_argument("--batches", type=csv_of(positive_int), default=(1, 10, 100, 256),
@@ -88,6 +98,10 @@ def _resolver_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-torch", action="store_true", help="skip the unfused torch baseline")
     p.add_argument("--no-flush", action="store_true",
                    help="do not flush L2 between repetitions (warm caches)")
+    p.add_argument("--placements", type=_placements, default=("random",),
+                   help="host-row placements, comma-separated: random, request, interleaved")
+    p.add_argument("--context", type=positive_int, default=32768,
+                   help="tokens of each request's context (request / interleaved placement)")
 
 
 def _resolver(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,14 +110,18 @@ def _resolver(args: argparse.Namespace) -> dict[str, Any]:
     doc = resolver.run(
         batches=tuple(int(b) for b in args.batches), miss_rates=tuple(args.miss_rates),
         reps=args.reps, with_torch=not args.no_torch, flush_l2=not args.no_flush,
+        placements=tuple(args.placements), context=args.context,
     )
     print(f"{doc['environment']}\nbulk H2D {doc['bulk_h2d']['GBps']:.1f} GB/s")
     for s in doc["shapes"]:
         torch = (f" torch {s['torch_us']:9.1f} µs ({s['speedup_vs_torch']:5.1f}x,"
                  f" agrees={s['torch_agrees']})" if "torch_us" in s else "")
-        print(f"B={s['batch']:<4} miss={s['miss_rate']:<6} fused {s['fused_us']:8.1f} µs "
-              f"{s['fused_GBps']:6.1f} GB/s | gather {s['gather_us']:8.1f} µs "
-              f"({s['fraction_of_gather']:.0%} of it){torch}")
+        unsorted = (f" | unsorted {s['fused_unsorted_GBps']:5.1f} GB/s"
+                    if "fused_unsorted_us" in s else "")
+        print(f"B={s['batch']:<4} miss={s['miss_rate']:<6} {s['placement']:<11} fused "
+              f"{s['fused_us']:8.1f} µs {s['fused_GBps']:6.1f} GB/s | gather "
+              f"{s['gather_us']:8.1f} µs ({s['fraction_of_gather']:.0%} of it), in address "
+              f"order {s['gather_sorted_GBps']:5.1f} GB/s{unsorted}{torch}")
         print("       phases (block 0, µs): " + ", ".join(
             f"{k} {v:.1f}" for k, v in s["phases_us"].items()))
     return doc

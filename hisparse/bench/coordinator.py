@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.spec.messages import HiSparseWorkerMeta, trusted
@@ -21,7 +21,7 @@ from hisparse.spec.messages import HiSparseWorkerMeta, trusted
 def _measure(running: int, lifecycles: int, check: bool) -> dict[str, float]:
     pages = 4
     cfg = HiSparseConfig(
-        host_pool_gib=(lifecycles + 8) * 64 * 656 / GIB + 1e-9, block_tokens=64, top_k=2048
+        host_pool_blocks=lifecycles + 8, block_tokens=64, top_k=2048
     )
     gpu = running * pages
     c = HiSparseCoordinator(cfg, BlockPool(gpu), gpu_blocks=gpu, check=check)

@@ -33,6 +33,7 @@ from hisparse.bench.gpu import environment
 from hisparse.engine.backend import load_torch
 from hisparse.engine.config import ROW_BYTES, EngineShape, ModelShape
 from hisparse.engine.workload import EngineRequest, pages_needed, synthetic_requests
+from hisparse.executor.layout import default_hot_rows
 
 GIB = 1 << 30
 TAIL_PAGES = 2
@@ -48,7 +49,7 @@ def per_request_bytes(model: ModelShape, shape: EngineShape, context: int) -> di
     """Steady-state KV HBM of one request at ``context`` tokens, in each engine."""
     index = len(model.leaders) * model.index_key_bytes * context
     resident = model.layers * ROW_BYTES * context + index
-    hot = (shape.speculative + 2) * shape.top_k
+    hot = default_hot_rows(shape.top_k, shape.num_speculative_tokens)
     lru = len(model.leaders) * (4 * shape.max_context + 20 * hot + 8)
     hisparse = (model.layers * ROW_BYTES * (hot + TAIL_PAGES * shape.block_tokens)
                 + lru + index)

@@ -8,7 +8,18 @@ For each batch size and miss rate, from the same primed hot state and the same i
 - ``torch``: the same resolver semantics written as unfused torch operations (sort,
   searchsorted, unique, argsort, index copies), checked to produce the same rows, plan
   and tags as the fused kernel;
+- ``gather_sorted``: the same gather with the step's rows in host-address order (every
+  entry's copies sorted together): the ceiling of address locality;
+- ``fused_unsorted``: the fused kernel built never to sort (each entry's misses copied in
+  plan order instead of host-row order), at the miss-heavy shapes where it would sort;
 - ``bulk_h2d``: one large pinned host-to-device copy, the PCIe ceiling.
+
+Host rows are placed per ``placements``: ``random`` (anywhere in a pool of at least 2M
+rows), ``request`` (each request's context in its own contiguous run of host blocks, as
+the coordinator's lowest-free-block allocator leaves a request whose pages spill
+together into a fresh pool) or ``interleaved`` (page j of request b in block j * B + b,
+as when every running request spills one page per round). Misses are random positions
+of a ``context``-token context.
 
 Shape: every slot's H hot rows hold positions; each entry's top-K has ``miss_rate * K``
 positions that are not hot (read from random host rows, different in every repetition)
@@ -25,10 +36,12 @@ import numpy as np
 from hisparse.bench.gpu import GpuTimer, environment
 from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
 from hisparse.executor.cuda.backend import load_cupy
-from hisparse.executor.cuda.kernels import compile_kernels
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.cuda.kernels import SORT_MIN_BATCH, compile_kernels
+from hisparse.executor.layout import PoolLayout
 
 VARIANTS = 8  # distinct host-row sets cycled through the repetitions
+PLACEMENTS = ("random", "request", "interleaved")
+BLOCK = 64  # tokens per host block
 PHASES = ("classify and look up", "rank misses", "pick victims", "assign",
           "repeats and counters", "commit LRU order", "copy misses")
 
@@ -40,7 +53,7 @@ def phases(cupy: Any, ex: CudaExecutor, pools: Any, buffers: ResolveBuffers,
     shape = pools.shape
     assert shape is not None
     prof = compile_kernels(
-        ex.device_id, (*ex.defines(pools.spec.hot_rows), "-DHISPARSE_PROFILE")
+        ex.device_id, (*ex.defines(pools.layout.hot_rows), "-DHISPARSE_PROFILE")
     )
     prof.resolve.max_dynamic_shared_size_bytes = shape.smem
     plain, ex.resolvers[shape] = ex.resolvers[shape], prof.resolve
@@ -61,7 +74,7 @@ def phases(cupy: Any, ex: CudaExecutor, pools: Any, buffers: ResolveBuffers,
 
 def _prime(cupy: Any, pools: Any, slots: int, rng: np.random.Generator) -> dict[str, Any]:
     """Every hot row full (positions 0..H-1), distinct older stamps; returns device copies."""
-    h = pools.spec.hot_rows
+    h = pools.layout.hot_rows
     tag = np.tile(np.arange(h, dtype=np.int64), (slots, 1))
     stamp = np.stack([rng.permutation(h).astype(np.int64) + 1 for _ in range(slots)])
     order = np.argsort(stamp, axis=1, kind="stable").astype(np.int32)
@@ -72,10 +85,10 @@ def _prime(cupy: Any, pools: Any, slots: int, rng: np.random.Generator) -> dict[
 
 
 def _inputs(
-    spec: PoolSpec, batch: int, k: int, misses: int, rng: np.random.Generator
-) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-    """(topk [B, K], host_row variants [B, K], missing positions mask)."""
-    h = spec.hot_rows
+    layout: PoolLayout, batch: int, k: int, misses: int, rng: np.random.Generator
+) -> np.ndarray:
+    """topk [B, K]: ``misses`` positions that are not hot, the rest hot."""
+    h = layout.hot_rows
     topk = np.empty((batch, k), np.int32)
     for b in range(batch):
         hits = rng.choice(h, size=k - misses, replace=False)
@@ -83,11 +96,28 @@ def _inputs(
         row = np.concatenate([hits, miss])
         rng.shuffle(row)
         topk[b] = row
-    variants = [
-        rng.choice(spec.host_rows, size=batch * k, replace=False).reshape(batch, k).astype(np.int32)
-        for _ in range(VARIANTS)
-    ]
-    return topk, variants, topk >= h
+    return topk
+
+
+def host_rows(
+    placement: str, host_pool_rows: int, batch: int, k: int, context: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """One variant of host rows [B, K] under ``placement`` (see the module docstring):
+    distinct rows, each entry's at random token offsets of its own context."""
+    if placement == "random":
+        rows = rng.choice(host_pool_rows, size=batch * k, replace=False).reshape(batch, k)
+        return rows.astype(np.int32)
+    tokens = np.stack([rng.choice(context, size=k, replace=False) for _ in range(batch)])
+    b = np.arange(batch)[:, None]
+    if placement == "request":
+        rows = b * context + tokens
+    elif placement == "interleaved":
+        rows = ((tokens // BLOCK) * batch + b) * BLOCK + tokens % BLOCK
+    else:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    assert rows.max() < host_pool_rows
+    return rows.astype(np.int32)
 
 
 def torch_resolve(
@@ -146,20 +176,33 @@ def run(
     row_bytes: int = 656,
     with_torch: bool = True,
     flush_l2: bool = True,
+    placements: tuple[str, ...] = ("random",),
+    context: int = 32768,
 ) -> dict[str, Any]:
     cupy = load_cupy()
+    for placement in placements:
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     torch: Any = None
     if with_torch:
         torch = importlib.import_module("torch")
     rng = np.random.default_rng(0)
     max_b = max(batches)
-    host_rows = max(1 << 21, 2 * max_b * top_k)
-    block = 64
-    spec = PoolSpec(gpu_blocks=1, host_blocks=-(-host_rows // block), block_tokens=block,
+    pool_rows = max(1 << 21, 2 * max_b * top_k)
+    if set(placements) - {"random"}:
+        pool_rows = max(pool_rows, max_b * context)
+    layout = PoolLayout(gpu_blocks=1, host_blocks=-(-pool_rows // BLOCK), block_tokens=BLOCK,
                     row_bytes=row_bytes, hot_rows=hot_rows, slots=max_b)
     ex = CudaExecutor(top_k=top_k, max_positions=11 * hot_rows)
-    pools = ex.allocate(spec)
-    pools.host[...] = rng.integers(0, 256, pools.host.shape, dtype=np.uint8)
+    pools = ex.allocate(layout)
+    filled = min(layout.host_rows, 1 << 21)  # random bytes where the bench reads most
+    pools.host[:filled] = rng.integers(0, 256, (filled, row_bytes), dtype=np.uint8)
+    shape_ = pools.shape
+    assert shape_ is not None
+    plain_kernel = ex.resolvers[shape_]
+    unsorted = compile_kernels(
+        ex.device_id, (*ex.defines(hot_rows), f"-DSORT_MIN_BATCH={1 << 30}")).resolve
+    unsorted.max_dynamic_shared_size_bytes = shape_.smem
     timer = GpuTimer(flush=flush_l2)
     rv = row_bytes // 16
     steps = [1_000_000]
@@ -175,9 +218,11 @@ def run(
 
     for b in batches:
         primed = _prime(cupy, pools, b, rng)
-        for rate in miss_rates:
+        for rate, placement in [(r, p) for r in miss_rates for p in placements]:
             misses = max(1, round(rate * top_k))
-            topk, variants, _ = _inputs(spec, b, top_k, misses, rng)
+            topk = _inputs(layout, b, top_k, misses, rng)
+            variants = [host_rows(placement, layout.host_rows, b, top_k, context, rng)
+                        for _ in range(VARIANTS)]
             buffers = ResolveBuffers.allocate(b, top_k)
             buffers.slots[...] = cupy.arange(b, dtype=cupy.int32)
             buffers.topk[...] = cupy.asarray(topk)
@@ -199,14 +244,14 @@ def run(
             fused = timer.time(fused_launch, reps=reps, before=restore)
             restore(0)
             ex.launch_resolve(pools, buffers)
-            ours = buffers.result.host()
+            ours = buffers.result.to_host()
             assert ours.misses == b * misses and ours.hot_hits == b * (top_k - misses), (
                 "the benchmark's hit/miss mix is not what it claims")
             plans = []
             for v in range(VARIANTS):  # the same copies the fused kernel made, per variant
                 restore(v)
                 ex.launch_resolve(pools, buffers)
-                plans.append(cupy.asarray(buffers.result.plan.host()))
+                plans.append(cupy.asarray(buffers.result.plan.to_host()))
             total = ours.misses * rv
 
             def gather(i: int, plans: list[Any] = plans, total: int = total) -> None:
@@ -215,19 +260,36 @@ def run(
                               pools.host_device, pools.device))
 
             ceiling = timer.time(gather, reps=reps)
+            by_address = [p[cupy.argsort(p[:, 1])] for p in plans]
+
+            def gather_sorted(i: int, plans: list[Any] = by_address, total: int = total) -> None:
+                gather(i, plans, total)
+
+            ordered = timer.time(gather_sorted, reps=reps)
             miss_bytes = ours.misses * row_bytes
             shape: dict[str, Any] = {
                 "batch": b, "top_k": top_k, "hot_rows": hot_rows, "row_bytes": row_bytes,
-                "miss_rate": rate, "misses": ours.misses, "miss_bytes": miss_bytes,
+                "miss_rate": rate, "placement": placement, "context": context,
+                "misses": ours.misses, "miss_bytes": miss_bytes,
                 "fused_us": fused["median_us"], "fused_min_us": fused["min_us"],
                 "fused_GBps": miss_bytes / fused["median_us"] / 1e3,
                 "gather_us": ceiling["median_us"],
                 "gather_GBps": miss_bytes / ceiling["median_us"] / 1e3,
                 "fraction_of_gather": ceiling["median_us"] / fused["median_us"],
                 "fraction_of_bulk_h2d": miss_bytes / fused["median_us"] / 1e3 / bulk_gbps,
+                "gather_sorted_us": ordered["median_us"],
+                "gather_sorted_GBps": miss_bytes / ordered["median_us"] / 1e3,
             }
+            if b >= SORT_MIN_BATCH and misses * (row_bytes // 16) > 4 * 1024:  # sorted
+                ex.resolvers[shape_] = unsorted
+                try:
+                    plain = timer.time(fused_launch, reps=reps, before=restore)
+                finally:
+                    ex.resolvers[shape_] = plain_kernel
+                shape["fused_unsorted_us"] = plain["median_us"]
+                shape["fused_unsorted_GBps"] = miss_bytes / plain["median_us"] / 1e3
             shape["phases_us"] = phases(cupy, ex, pools, buffers, restore, timer)
-            if torch is not None:
+            if torch is not None and placement == placements[0]:
                 shape.update(_torch_baseline(torch, cupy, timer, pools, buffers, restore,
                                              ours, steps, reps=max(10, reps // 5)))
                 shape["speedup_vs_torch"] = shape["torch_us"] / fused["median_us"]
@@ -246,7 +308,7 @@ def _torch_baseline(
     slots = torch.as_tensor(buffers.slots, device="cuda").long()
     topk = torch.as_tensor(buffers.topk, device="cuda")
     host_row = torch.as_tensor(buffers.host_row, device="cuda")
-    r = pools.spec.resident_rows
+    r = pools.layout.resident_rows
 
     def work(i: int) -> None:
         torch_resolve(torch, tag, stamp, slots, topk, host_row, host, device,

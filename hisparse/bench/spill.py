@@ -15,7 +15,7 @@ import numpy as np
 from hisparse.bench.gpu import GpuTimer, environment
 from hisparse.executor.cuda import CudaExecutor
 from hisparse.executor.cuda.backend import load_cupy
-from hisparse.executor.layout import PoolSpec
+from hisparse.executor.layout import PoolLayout
 
 
 def run(
@@ -25,7 +25,7 @@ def run(
     cupy = load_cupy()
     rng = np.random.default_rng(0)
     n = max(counts)
-    spec = PoolSpec(gpu_blocks=2 * n, host_blocks=4 * n, block_tokens=block_tokens,
+    spec = PoolLayout(gpu_blocks=2 * n, host_blocks=4 * n, block_tokens=block_tokens,
                     row_bytes=row_bytes, hot_rows=1, slots=1)
     ex = CudaExecutor(top_k=1, max_positions=1)
     pools = ex.allocate(spec, lru=False)

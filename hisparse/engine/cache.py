@@ -177,7 +177,7 @@ class HiSparseCache:
         executor = scheduler.worker.executor
         assert isinstance(executor, CudaExecutor)
         self.executor = executor
-        self.spec = scheduler.worker.spec
+        self.layout = scheduler.worker.layout
         handles = scheduler.worker.handles
         self.pools = [cast(CudaPools, h.runtime.pools) for h in handles]
         self.device_rows = [as_words(torch.from_dlpack(p.device)) for p in self.pools]
@@ -216,7 +216,7 @@ class HiSparseCache:
         self._target = self.entry_slot
         self._fill: ResolveInputs | None = None
         # inactive entry j of a free slot writes to that slot's hot row j
-        self._scratch = (self.spec.hot_row(0, 0) + self.entry_slot * self.spec.hot_rows
+        self._scratch = (self.layout.hot_row(0, 0) + self.entry_slot * self.layout.hot_rows
                          + self.entry_j)
 
     @property

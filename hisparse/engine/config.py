@@ -73,21 +73,23 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class EngineShape:
-    """The decode batch: ``slots`` requests, each with ``speculative + 1`` query tokens
+    """The decode batch: ``slots`` requests, each with ``num_speculative_tokens + 1`` query tokens
     per step (one verification entry each), attending to ``top_k`` of at most
     ``max_context`` positions."""
 
     slots: int
     max_context: int
     top_k: int = 2048
-    speculative: int = 0
+    num_speculative_tokens: int = 0
     block_tokens: int = 64
 
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise EngineConfigError(f"slots must be at least 1, got {self.slots}")
-        if self.speculative < 0:
-            raise EngineConfigError(f"speculative must be >= 0, got {self.speculative}")
+        if self.num_speculative_tokens < 0:
+            raise EngineConfigError(
+                f"num_speculative_tokens must be >= 0, got {self.num_speculative_tokens}"
+            )
         if self.block_tokens < 1:
             raise EngineConfigError(f"block_tokens must be >= 1, got {self.block_tokens}")
         if not 1 <= self.top_k <= self.max_context:
@@ -103,7 +105,7 @@ class EngineShape:
     @property
     def per_slot(self) -> int:
         """Verification entries per request per step."""
-        return self.speculative + 1
+        return self.num_speculative_tokens + 1
 
     @property
     def entries(self) -> int:

@@ -6,7 +6,7 @@ the step; outputs (greedy next token per entry, accepted drafts per slot, the re
 counters) come back with one copy after it. Nothing inside the step reads the device
 from the host: under graph capture any such read would fail the capture.
 
-Speculative verification: a slot's entries are its last token and ``speculative``
+Speculative verification: a slot's entries are its last token and ``num_speculative_tokens``
 drafts at consecutive positions; the step writes all their rows, each entry attends to
 its own top-K (resolved in order, one slot run per request), and the longest prefix of
 drafts that equals the greedy tokens is accepted, plus one token of the model's own.
@@ -110,7 +110,7 @@ class DecodeEngine:
             x = x + m.mlp(layer, x)
         logits = m.logits(x)
         nxt = logits.argmax(-1)
-        if s.speculative:
+        if s.num_speculative_tokens:
             drafts = tokens.view(s.slots, s.per_slot)[:, 1:]
             own = nxt.view(s.slots, s.per_slot)[:, :-1]
             accepted = (drafts == own).long().cumprod(1).sum(1)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.engine.cache import HiSparseCache, ResidentCache
 from hisparse.engine.config import ROW_BYTES, EngineShape
 from hisparse.engine.engine import DecodeEngine
@@ -37,16 +37,16 @@ def hisparse_engine(
     """A HiSparse engine on the CUDA executor, in a stream of its own."""
     cupy = load_cupy()
     ms = model.shape
-    block_bytes = shape.block_tokens * ROW_BYTES * ms.layers
     config = HiSparseConfig(
-        host_pool_gib=(host_blocks * block_bytes + block_bytes // 2) / GIB,
+        host_pool_blocks=host_blocks,
         block_tokens=shape.block_tokens, row_bytes=ROW_BYTES, top_k=shape.top_k,
-        num_speculative_tokens=shape.speculative, layers=ms.layers,
+        num_speculative_tokens=shape.num_speculative_tokens, layers=ms.layers,
         index_leaders=ms.index_leaders,
     )
     stream = torch.cuda.Stream(device=model.device)
     executor = CudaExecutor(
-        top_k=shape.top_k, max_positions=shape.max_context, entries_per_slot=shape.per_slot,
+        top_k=shape.top_k, max_positions=shape.max_context,
+        num_speculative_tokens=shape.num_speculative_tokens,
         device=model.device.index or 0, stream=cupy.cuda.ExternalStream(stream.cuda_stream),
     )
     scheduler = HiSparseScheduler(config, executor, gpu_blocks=gpu_blocks, slots=shape.slots,
@@ -234,7 +234,7 @@ class Lockstep:
         drafts: dict[int, list[int]] = {}
         for slot, r in self.running.items():
             base = slot * s.per_slot
-            drafts[slot] = r.drafts(s.speculative)
+            drafts[slot] = r.drafts(s.num_speculative_tokens)
             tokens[base : base + s.per_slot] = [r.last, *drafts[slot]]
             pos[base : base + s.per_slot] = np.arange(r.length, r.length + s.per_slot)
             active[base : base + s.per_slot] = True
@@ -255,7 +255,7 @@ class Lockstep:
             r.out += len(emitted)
             r.length += a + 1
             r.steps += 1
-            rep.drafts += s.speculative
+            rep.drafts += s.num_speculative_tokens
             rep.drafts_accepted += a
         rep.batches.append(len(self.running))
         for sched in self._hisparse():

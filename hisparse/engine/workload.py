@@ -57,7 +57,7 @@ class EngineRequest:
 def pages_needed(prompt_len: int, max_new: int, shape: EngineShape) -> int:
     """Pages covering every position a request can write: the prompt, ``max_new``
     tokens and the drafts of its last verification step."""
-    return -(-(prompt_len + max_new + shape.speculative) // shape.block_tokens)
+    return -(-(prompt_len + max_new + shape.num_speculative_tokens) // shape.block_tokens)
 
 
 def _own_block_id(request_id: str, block: int) -> int:
@@ -79,7 +79,7 @@ def make_request(
     its own."""
     if prompt_len < 2:
         raise EngineConfigError(f"{request_id}: a prompt needs at least 2 tokens")
-    if prompt_len + max_new + shape.speculative > shape.max_context:
+    if prompt_len + max_new + shape.num_speculative_tokens > shape.max_context:
         raise EngineConfigError(
             f"{request_id}: prompt {prompt_len} + {max_new} new tokens (+ drafts) exceed "
             f"max_context {shape.max_context}"
@@ -123,7 +123,8 @@ def mooncake_requests(
     lo, hi = max_new
     for i, r in enumerate(chosen):
         new = int(min(max(r["output_length"], lo), hi))
-        plen = min(int(r["input_length"]), shape.max_context - new - shape.speculative - 1)
+        room = shape.max_context - new - shape.num_speculative_tokens - 1
+        plen = min(int(r["input_length"]), room)
         abort = 3 + i % 17 if abort_every and i % abort_every == abort_every - 1 else None
         out.append(make_request(
             f"m{i}", r["hash_ids"], plen, new, shape=shape, vocab=vocab,

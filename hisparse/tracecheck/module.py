@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hisparse.spec.catalogue import CATALOGUE
 from hisparse.spec.observe import DELTA_VARS
 from hisparse.spec.trace import POST_FIELDS, Trace
 from hisparse.tracecheck import encode
@@ -24,21 +25,13 @@ MODULE = "HiSparseTrace"
 ENABLED_INVARIANT = "TraceActionEnabled"
 MATCH_PREFIX = "TraceMatches_"
 
-_STEP_ACTION = """\
-StepAction(e) ==
-    CASE e.action = "Arrive" -> ArriveWith(e.args.request, e.args.hosts, e.args.blocks)
-      [] e.action = "Finish" -> Finish(e.args.request)
-      [] e.action = "Abort" -> Abort(e.args.request)
-      [] e.action = "StartSpill" -> StartSpill(e.args.page, e.args.host_block)
-      [] e.action = "EvictHost" -> EvictHost(e.args.host_block)
-      [] e.action = "Retire" -> Retire(e.args.request)
-      [] e.action = "ConsumeMeta" -> ConsumeMeta
-      [] e.action = "WorkerEnqueue" -> WorkerEnqueue([src |-> e.args.src, dst |-> e.args.dst])
-      [] e.action = "WorkerDrop" -> WorkerDrop([src |-> e.args.src, dst |-> e.args.dst])
-      [] e.action = "WorkerComplete" -> WorkerComplete(e.args.host_block)
-      [] e.action = "WorkerReport" -> WorkerReport
-      [] e.action = "WorkerLoss" -> WorkerLoss
-"""
+
+
+def step_action() -> str:
+    """``StepAction(e)``: the catalogue's TLA+ replay of each action, by name."""
+    cases = [f'e.action = "{a.name}" -> {a.replay}' for a in CATALOGUE]
+    return "StepAction(e) ==\n    CASE " + "\n      [] ".join(cases) + "\n"
+
 
 _REPLAY = """\
 TrStep == Traces[tr][cursor]
@@ -127,7 +120,7 @@ def module_text(traces: Sequence[Trace]) -> str:
             *value.definitions(),
             *step.definitions(),
             body,
-            _STEP_ACTION,
+            step_action(),
             match_post(),
             _REPLAY,
             match_invariants(),

@@ -1,0 +1,140 @@
+"""The injected bugs' replacement steps (registered in spec/catalogue.py).
+
+Each function replaces one named small step of ProtocolMachine (same signature, the
+machine first) for a machine whose config names the bug; the production step is
+``type(m).<step>``. The spec's ``Bug`` branches in tla/HiSparse.tla say the same.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hisparse.spec.lifecycle import TRANSFER
+from hisparse.spec.state import GARBAGE, Loc, Meta, Page
+
+if TYPE_CHECKING:
+    from hisparse.spec.machine import ProtocolMachine
+
+
+def double_allocation(m: ProtocolMachine) -> bool:
+    """Arrive's candidates include GPU blocks already resident for another page."""
+    return True
+
+
+def round_up_pool(m: ProtocolMachine) -> int:
+    """StartSpill sizes the host pool rounded up."""
+    cfg = m.state.config
+    return -(-cfg.host_pool_bytes // cfg.host_block_bytes)
+
+
+def release_source_at_send(m: ProtocolMachine, p: Page, g: int, h: int) -> None:
+    """StartSpill releases the source lease at once instead of pinning it."""
+    m._set_loc(p, ("host", h))
+    m._own(g, None)
+    m.state.gpu_data[g] = GARBAGE
+
+
+def batched_done_before_enqueued(
+    m: ProtocolMachine, meta: Meta, enqueued_now: set[int]
+) -> list[int]:
+    """Completions are matched before this meta's enqueued IDs; unmatched ones are dropped."""
+    s = m.state
+    return [
+        h
+        for h in m._resolve_ids(meta.completed, None, enqueued_now)
+        if (sp := s.spill[h]) is not None and sp.phase == "enqueued"
+    ]
+
+
+def publish_at_enqueued(m: ProtocolMachine, enq: list[int], done: list[int]) -> None:
+    """The enqueued ack publishes the destination; its completed ack only closes it."""
+    s = m.state
+    for h in enq:
+        m._after_enqueued(h)
+    for h in done:
+        sp = s.spill[h]
+        early = (
+            sp is not None
+            and s.host_state[h] == "valid"
+            and s.req[sp.page[0]] != "aborted"
+            and sp.phase != "abandoned"
+        )
+        if early and sp is not None:
+            TRANSFER.next(sp.phase, "completed_ack")
+            m._set_spill(h, None)
+        else:
+            m._after_completed(h)
+    for h in enq:
+        if s.spill[h] is not None:
+            m._publish(h)
+
+
+def host_id_as_gpu_index(m: ProtocolMachine, h: int) -> Loc:
+    """The enqueued ack writes the host block ID as a GPU block-table entry."""
+    return ("gpu", h)
+
+
+def enqueued_ack_keeps_pin(m: ProtocolMachine, g: int) -> None:
+    """The enqueued ack forgets to release the source pin."""
+
+
+def abort_frees_inflight_host(m: ProtocolMachine, r: str, how: str) -> list[int]:
+    """Abort also frees the destinations of the request's open transfers."""
+    s = m.state
+    mine = set(s.pages_of(r))
+    freed = type(m)._end(m, r, how)
+    if how == "abort":
+        for h, sp in enumerate(s.spill):
+            if sp is not None and sp.page in mine:
+                s.host_used -= s.host_state[h] != "free"
+                s.host_state[h] = "free"
+                s.host_key[h] = None
+                m._set_spill(h, None)
+    return freed
+
+
+def abort_keeps_resident_blocks(
+    m: ProtocolMachine, how: str, resident: list[tuple[Page, int]]
+) -> list[int]:
+    """Abort hands no GPU block back to HMA."""
+    return [] if how == "abort" else type(m)._freed_at_end(m, how, resident)
+
+
+def evict_referenced_host(m: ProtocolMachine, h: int) -> bool:
+    """EvictHost ignores block-table references."""
+    return True
+
+
+def evict_keeps_index(m: ProtocolMachine, h: int, k: str) -> None:
+    """EvictHost leaves the page in the prefix index."""
+
+
+def retire_inflight(m: ProtocolMachine, r: str) -> str | None:
+    """Retire ignores resident leases and open transfers."""
+    return None
+
+
+def retire_waits_for_host_pages(m: ProtocolMachine, r: str) -> str | None:
+    """Retire also waits until no host block holds one of the request's keys."""
+    why = type(m).retire_refusal(m, r)
+    if why:
+        return why
+    keys = set(m.state.page_keys[r])
+    if any(k in keys for k in m.state.host_key):
+        return f"a host block still holds a key of {r!r}"
+    return None
+
+
+def worker_drops_transfer(m: ProtocolMachine) -> bool:
+    """The worker may lose a received command."""
+    return True
+
+
+def recover_frees_busy_destination(m: ProtocolMachine) -> bool:
+    """Worker-loss recovery closes a sent transfer whose copy is still running."""
+    return False
+
+
+def recover_publishes_unsent(m: ProtocolMachine, busy: bool) -> bool:
+    """Worker-loss recovery publishes a sent transfer's idle destination."""
+    return not busy
