@@ -172,3 +172,12 @@ def test_device_rows_and_slots_at_the_edge() -> None:
     ex.reset_slot(pools, LAST_SLOT)
     with pytest.raises(BadBatch):
         ex.reset_slot(pools, -1)
+
+
+def test_a_topk_below_minus_one_is_named_by_its_own_position() -> None:
+    """An empty entry (-1) before the bad one must not be the one the refusal names."""
+    ex, pools = fresh()
+    before = state(pools)
+    with pytest.raises(BadBatch, match=r"entry 0 position 1: topk -2 is below -1"):
+        ex.resolve(pools, batch(topk=np.array([[-1, -2]], np.int32)))
+    assert state(pools) == before

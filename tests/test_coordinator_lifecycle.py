@@ -38,6 +38,19 @@ def ack(c: HiSparseCoordinator, enq: tuple[int, ...] = (), done: tuple[int, ...]
     c.on_worker_meta(HiSparseWorkerMeta.model_construct(enqueued=enq, completed=done))
 
 
+def spilled(c: HiSparseCoordinator, r: str, key: str, *, enq: bool = True) -> int:
+    """Admit r (one page, content ``key``), spill the page, hand the command to the worker
+    and, with ``enq``, consume its enqueued ack; returns the transfer ID."""
+    c.add_request(r, [key])
+    c.admit(r)
+    tid = c.spill((r, 1))
+    assert tid is not None
+    c.take_commands()
+    if enq:
+        ack(c, enq=(tid,))
+    return tid
+
+
 def test_refused_spill_leaks_no_host_block() -> None:
     c, kv = make(host=4)
     c.add_request("a", ["a0", "a1", "a2", "a3"])
@@ -111,12 +124,7 @@ def test_loss_keeps_a_destination_still_being_copied() -> None:
 
 def test_loss_completes_a_copy_that_landed() -> None:
     c, kv = make()
-    c.add_request("a", ["a0"])
-    c.admit("a")
-    tid = c.spill(("a", 1))
-    assert tid is not None
-    c.take_commands()
-    ack(c, enq=(tid,))
+    spilled(c, "a", "a0")
     c.on_worker_lost(())  # the stream no longer runs it: the completed ack was lost
     assert c.state.host_state[0] == "valid" and c.state.prefix == {"a0": {0}}
     c.finish("a")
@@ -240,12 +248,7 @@ def test_resync_after_a_loss_resends_exactly_the_host_entries_of_running_request
 
 def test_a_finished_request_retires_when_its_last_transfer_completes() -> None:
     c, _kv = make()
-    c.add_request("a", ["a0"])
-    c.admit("a")
-    tid = c.spill(("a", 1))
-    assert tid is not None
-    c.take_commands()
-    ack(c, enq=(tid,))
+    tid = spilled(c, "a", "a0")
     c.finish("a")
     assert "a" in c.state.req and c.retired == 0  # its open transfer still names it
     ack(c, done=(tid,))
@@ -301,3 +304,41 @@ def test_loss_report_must_name_transfers_the_worker_was_given() -> None:
     c.on_worker_lost((tid,))  # accepted: the stream still runs it
     sp = c.state.spill[0]
     assert sp is not None and sp.phase == "enqueued" and c.state.host_state[0] == "leased"
+
+
+def test_a_host_hit_is_no_eviction_victim_while_referenced() -> None:
+    c, kv = make()
+    tid = spilled(c, "a", "x0")
+    ack(c, done=(tid,))
+    c.finish("a")  # the published page is unreferenced: an eviction candidate
+    c.add_request("b", ["x0"])
+    admission = c.admit("b")
+    assert admission is not None and admission.table == (("host", 0),)  # the prefix hit
+    assert c.evict_published() == 0  # referenced by b again: not a victim
+    assert c.state.host_state[0] == "valid"
+    c.finish("b")
+    assert c.evict_published() == 1  # unreferenced again
+    c.take_commands()  # the pending block-table replacements reach the worker
+    assert drained_problems_of(c, kv) == []
+
+
+def test_a_page_published_by_a_loss_becomes_evictable_once_unreferenced() -> None:
+    c, kv = make()
+    spilled(c, "a", "a0")
+    c.finish("a")  # nothing references the host page; it is not published yet
+    c.on_worker_lost(())  # the copy landed, its completed ack was lost: published
+    assert c.state.host_state[0] == "valid"
+    assert c.evict_published() == 1  # the recovery made it an eviction candidate
+    assert (c.state.host_state[0], c.state.prefix) == ("free", {})
+    assert drained_problems_of(c, kv) == []
+
+
+def test_a_page_whose_request_ended_becomes_evictable_when_its_copy_completes() -> None:
+    c, kv = make()
+    tid = spilled(c, "a", "a0")
+    c.finish("a")  # ends before its completed ack: nothing references the page
+    ack(c, done=(tid,))  # published now, by the completed ack
+    assert c.state.host_state[0] == "valid"
+    assert c.evict_published() == 1  # the completion made it an eviction candidate
+    c.take_commands()  # the pending block-table replacements reach the worker
+    assert drained_problems_of(c, kv) == []
