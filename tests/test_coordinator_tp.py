@@ -79,10 +79,10 @@ def test_private_source_released_when_every_rank_enqueued_page_published_when_al
     assert c.state.loc[("a", 1)] == ("host", 0)
     assert [r.host_block for r in c.take_commands()[1]] == [0]
     ack(c, 0, done=(tid,))
-    assert c.state.host_state[0] == "leased"  # rank 1's copy is still in flight
+    assert host(c) == "leased"  # rank 1's copy is still in flight
     assert c.lookup_prefix("a") == 0
     ack(c, 1, done=(tid,))
-    assert c.state.host_state[0] == "valid" and c.state.spill[0] is None
+    assert host(c) == "valid" and c.state.spill[0] is None
     c.add_request("b", ["a0"])
     assert c.lookup_prefix("b") == 1
 
