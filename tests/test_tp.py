@@ -1,5 +1,5 @@
-"""Tensor-parallel ranks without a GPU: the ack merge rule, the event ring's wait rule,
-the shared host file, and the two-process harness on reference executors."""
+"""Tensor-parallel ranks without a GPU: the event ring's wait rule, the shared host file,
+and the two-process harness on reference executors against the coordinator with ranks."""
 
 from __future__ import annotations
 
@@ -12,89 +12,7 @@ import pytest
 from hisparse.executor.cuda.hostmem import SharedHostFile
 from hisparse.executor.cuda.ipc import EventNotRecorded, EventRing
 from hisparse.executor.errors import ExecutorConfigError
-from hisparse.spec.messages import HiSparseWorkerMeta
-from hisparse.tp import AckMerge, BadRankAck, TpOptions, launch
-
-
-def meta(enq: tuple[int, ...] = (), done: tuple[int, ...] = ()) -> HiSparseWorkerMeta:
-    return HiSparseWorkerMeta(enqueued=enq, completed=done)
-
-
-def test_private_merge_waits_for_every_rank_enqueued_then_every_rank_completed() -> None:
-    m = AckMerge(2, "private")
-    m.add(0, meta((7,), (7,)))
-    assert m.take() is None  # rank 1 has neither enqueued nor completed 7
-    m.add(1, meta((7,)))
-    assert m.take() == meta((7,))  # the source may go back now; nothing is published
-    m.add(1, meta((), (7,)))
-    assert m.take() == meta((), (7,))
-    assert m.open_transfers == 0
-
-
-def test_shared_merge_closes_at_writer_completed_and_every_reader_ordered() -> None:
-    m = AckMerge(2, "shared", writer=0)
-    m.add(1, meta((3,), (3,)))  # the reader ordered its reads: its last ack
-    assert m.take() is None  # the writer has not even enqueued the copy
-    m.add(0, meta((3,)))
-    assert m.take() == meta((3,))
-    m.add(0, meta((), (3,)))
-    assert m.take() == meta((), (3,))
-
-
-def test_shared_merge_the_readers_enqueued_ack_can_be_the_last_one_owed() -> None:
-    m = AckMerge(3, "shared", writer=0)
-    m.add(0, meta((5,), (5,)))
-    m.add(1, meta((5,), (5,)))
-    assert m.take() is None
-    m.add(2, meta((5,), (5,)))
-    assert m.take() == meta((5,), (5,))
-
-
-def test_private_merge_does_not_publish_on_one_ranks_completion() -> None:
-    m = AckMerge(2, "private")
-    m.add(0, meta((1,)))
-    m.add(1, meta((1,)))
-    assert m.take() == meta((1,))
-    m.add(0, meta((), (1,)))
-    assert m.take() is None
-    assert m.open_transfers == 1
-
-
-@pytest.mark.parametrize(
-    ("rank", "bad", "why"),
-    [
-        (2, meta((1,)), "not one of the 2 ranks"),
-        (0, HiSparseWorkerMeta.model_construct(enqueued=(1, 1), completed=()), "repeats"),
-        (0, meta((4,)), "already reported transfer 4 enqueued"),
-        (1, meta((), (9,)), "before enqueuing"),
-    ],
-)
-def test_merge_refusals_are_typed_and_change_nothing(
-    rank: int, bad: HiSparseWorkerMeta, why: str
-) -> None:
-    m = AckMerge(2, "private")
-    m.add(0, meta((4,)))
-    with pytest.raises(BadRankAck, match=why):
-        m.add(rank, bad)
-    assert m.take() is None and m.open_transfers == 1
-    m.add(1, meta((4,)))
-    assert m.take() == meta((4,))
-
-
-def test_merge_refuses_a_repeated_completed_ack() -> None:
-    m = AckMerge(2, "private")
-    m.add(0, meta((2,), (2,)))
-    with pytest.raises(BadRankAck, match="already reported transfer 2 completed"):
-        m.add(0, meta((), (2,)))
-
-
-def test_merge_arguments_are_checked() -> None:
-    with pytest.raises(ValueError, match="backing"):
-        AckMerge(2, "mirrored")
-    with pytest.raises(ValueError, match="writer rank"):
-        AckMerge(2, "shared", writer=2)
-    with pytest.raises(ValueError, match="at least one rank"):
-        AckMerge(0, "private")
+from hisparse.tp import TpOptions, launch
 
 
 def test_event_ring_waits_only_on_announced_records() -> None:

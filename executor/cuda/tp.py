@@ -5,9 +5,9 @@
 transfer it announces the record that covers its copy. ``SharedReaderExecutor`` copies
 nothing: it takes a spill command only once the writer's record for that transfer has
 been announced to it (the spec: a reader takes a command once the writer's event for it
-exists), makes its compute stream wait on that record, and reports the transfer done at
-once, since its ordering is its last ack. Reads of the host pool by a reader therefore
-follow the writer's copies on the device, with no host-side wait.
+exists) and makes its compute stream wait on that record; its enqueued ack is its last
+(it never owes a completed one). Reads of the host pool by a reader therefore follow the
+writer's copies on the device, with no host-side wait.
 
 The other direction: a reader records its own event after each step's reads
 (``mark_reads``) and announces it to the writer, whose next copies wait on every
@@ -103,8 +103,8 @@ class SharedReaderExecutor(CudaExecutor):
             self.writer = PeerEvents(writer_handles)
             self.events = IpcEventRing(ring_size)
         self._writer_record: dict[int, int] = {}  # transfer -> announced record (not yet taken)
-        self._ordered: dict[int, None] = {}  # ordered since the last completed()
-        self._taken_by: dict[int, set[int]] = {}
+        self._taken: set[int] = set()  # taken since the last completed(): records to forget
+        self._taken_by: dict[int, set[int]] = {}  # transfer -> the caches that took it
 
     def learn(self, announcement: Mapping[int, int]) -> None:
         """The writer's announcement: which record covers each new transfer's copy."""
@@ -128,18 +128,19 @@ class SharedReaderExecutor(CudaExecutor):
         self.writer.wait(self.stream, record)
         for t, _, _ in checked:
             self._taken_by.setdefault(t, set()).add(id(pools))
-            self._ordered[t] = None
+            self._taken.add(t)
 
     def completed(self) -> list[int]:
-        """Transfers ordered since the last call (a reader's ordering is its last ack)."""
+        """Always empty: a reader copies nothing, so it never owes a completed ack (its
+        enqueued ack, once its stream is ordered after the writer's copy, is its last).
+        Forgets the records of the transfers taken since the last call."""
         for pools in list(self._leaders):
             pools.check_launches(sticky=False)
-        done = list(self._ordered)
-        self._ordered = {}
-        for t in done:
+        for t in self._taken:
             self._writer_record.pop(t, None)
             self._taken_by.pop(t, None)
-        return done
+        self._taken = set()
+        return []
 
     def read_host_rows(self, pools: CudaPools, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
         """Host rows for a CPU reader, after the writer's newest announced copy event."""

@@ -6,9 +6,11 @@ the connector metadata as its JSON bytes, to every rank; each rank admits and pr
 takes the commands (with shared backing the writer first, then the readers once the
 writer's copy events are announced to them), decodes, and checks every resolved row bit
 for bit against its own NumPy reference executor (the oracle, fed the same commands)
-and against the bytes written for that position; then every rank's acks go to rank 0,
-are merged by the W-rank rule (``merge.AckMerge``) and consumed by the coordinator, whose
-invariants are checked after every action and again after every step.
+and against the bytes written for that position; then every rank's worker meta goes to
+rank 0 as bytes and the coordinator consumes each as that rank's (the W-rank rule of
+``docs/tensor-parallel.md``: a source goes back once every rank enqueued, a page is
+published once no rank owes an ack), with its invariants checked after every action and
+again after every step.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from hisparse.simulate import locality_topk, rows_of
 from hisparse.spec.invariants import check_invariants
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META
 from hisparse.tp.group import Group
-from hisparse.tp.merge import AckMerge
 from hisparse.worker import DecodeResult, HiSparseWorker
 from hisparse.workload import Arrival, SyntheticShape, synthetic
 
@@ -84,6 +85,7 @@ class TpOptions:
             host_pool_blocks=self.host_blocks, block_tokens=self.block_tokens,
             row_bytes=self.row_bytes, top_k=self.top_k, layers=self.layers,
             index_leaders=tuple(0 if i == 1 else i for i in range(self.layers)),
+            tp_ranks=self.ranks, backing=self.backing,  # type: ignore[arg-type]
         )
 
     @property
@@ -109,7 +111,6 @@ class Scheduler:
         self.coordinator = HiSparseCoordinator(config, self.kv, gpu_blocks=o.gpu_blocks,
                                                check=True)
         self.sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
-        self.merge = AckMerge(o.ranks, o.backing)
         shape = SyntheticShape(o.requests, o.arrival_rate, o.min_pages, o.max_pages,
                                o.prefixes, o.prefix_pages, 4, 16)
         self.arrivals: list[Arrival] = synthetic(shape, o.seed)
@@ -164,21 +165,18 @@ class Scheduler:
             "step": t + 1, "released": released, "admitted": admitted,
             "meta": None if meta is None else CONNECTOR_METADATA.dump_json(meta).decode(),
             "topk": topk, "drain": idle,
-            "done": idle and not c.state.open_spills and not self.merge.open_transfers
-            and meta is None,
+            "done": idle and not c.state.open_spills and meta is None,
         }
 
     def _topk(self, r: str) -> NDArray[np.int32]:
         return locality_topk(self.rng, len(self.pages[r]) * self.o.block_tokens, self.o.top_k)
 
     def consume(self, metas: list[bytes]) -> None:
-        """Every rank's acks: merged by the W-rank rule, then consumed; invariants checked."""
-        for rank, raw in enumerate(metas):
+        """Every rank's acks, each consumed as that rank's worker meta in rank order (the
+        writer, rank 0, first); invariants checked after the step."""
+        for raw in metas:
             if raw:
-                self.merge.add(rank, WORKER_META.validate_json(raw))
-        merged = self.merge.take()
-        if merged is not None:
-            self.sched.update_connector_output(WORKER_META.dump_json(merged))
+                self.sched.update_connector_output(raw)
         check_invariants(self.coordinator.state)
         self.steps_checked += 1
 
@@ -223,9 +221,9 @@ class RankSide:
         self.o = o
         self.executor = executor
         self.worker = HiSparseWorker(config, executor, gpu_blocks=o.gpu_blocks,
-                                     slots=o.concurrency)
+                                     slots=o.concurrency, rank=report.rank)
         self.oracle = HiSparseWorker(config, ReferenceExecutor(), gpu_blocks=o.gpu_blocks,
-                                     slots=o.concurrency)
+                                     slots=o.concurrency, rank=report.rank)
         self.wconn = HiSparseConnector(KVConnectorRole.WORKER, worker=self.worker)
         self.pages: dict[str, NDArray[np.int64]] = {}
         self.report = report
