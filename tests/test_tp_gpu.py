@@ -46,12 +46,15 @@ def test_two_gpu_ranks_resolve_every_row_bit_for_bit(backing: str) -> None:
         assert all(r["memory"]["pinned_bytes"] == pool for r in reports)  # one pool each
 
 
-def test_two_ranks_on_one_gpu_share_one_host_pool() -> None:
-    """Shared backing where one GPU is all there is: two processes, one device, the
-    same inter-process events and registered file; every row bit for bit."""
-    reports = launch(TpOptions(ranks=2, backing="shared", executor="cuda", gpus=1),
+@pytest.mark.parametrize("backing", ["private", "shared"])
+def test_two_ranks_on_one_gpu(backing: str) -> None:
+    """Where one GPU is all there is: two processes on one device, the same protocol,
+    inter-process events and registered file; every row bit for bit."""
+    reports = launch(TpOptions(ranks=2, backing=backing, executor="cuda", gpus=1),
                      transport="pipe", timeout_s=400)
-    assert [r["role"] for r in reports] == ["writer", "reader"]
     assert all(r["mismatches"] == 0 and r["rows_checked"] > 10_000 for r in reports)
-    assert reports[1]["refusals_checked"] == 2 and reports[1]["misses"] > 0
+    assert all(r["misses"] > 0 for r in reports)
     assert reports[0]["coordinator"]["open_spills"] == 0
+    if backing == "shared":
+        assert [r["role"] for r in reports] == ["writer", "reader"]
+        assert reports[1]["refusals_checked"] == 2
