@@ -95,7 +95,8 @@ class TpOptions:
 
 
 class TpRunFailed(Exception):
-    """A rank found a wrong byte or the coordinator a broken invariant."""
+    """A rank failed (a broken invariant, a refused command, a rule not enforced): the
+    message carries its traceback. Wrong bytes are counted in the reports instead."""
 
 
 # -- rank 0: the scheduler side ------------------------------------------------------------
@@ -117,11 +118,10 @@ class Scheduler:
         self.keys: dict[str, int] = {}
         self.pages: dict[str, list[int]] = {}
         self.pending: list[str] = []
-        self.running: dict[str, int] = {}
+        self.running: dict[str, None] = {}  # admitted, in admission order
         self.left: dict[str, int] = {}
         self._next = 0
         self.steps_checked = 0
-        self.draining = False
 
     def plan(self, t: int) -> dict[str, Any]:
         """The step's plan for every rank (JSON-able)."""
@@ -151,7 +151,7 @@ class Scheduler:
                 c.reclaim(c.gpu_blocks_needed(r) - self.kv.num_free)
                 break
             self.pending.remove(r)
-            self.running[r] = 1
+            self.running[r] = None
             admitted.append([r, [list(w) for w in adm.table], self.pages[r]])
         if self.running and self.rng.random() < o.spill_rate:
             c.reclaim(1)
@@ -160,7 +160,6 @@ class Scheduler:
         for r in topk:
             self.left[r] -= 1
         idle = not self.running and not self.pending and self._next >= len(self.arrivals)
-        self.draining = idle
         return {
             "step": t + 1, "released": released, "admitted": admitted,
             "meta": None if meta is None else CONNECTOR_METADATA.dump_json(meta).decode(),
