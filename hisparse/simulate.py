@@ -174,6 +174,20 @@ def rows_of(
     return out
 
 
+def locality_topk(rng: random.Random, n: int, k: int) -> NDArray[np.int32]:
+    """A top-K over ``n`` positions with locality: the recent tail, a cluster around a
+    drifting centre, a few random (duplicates allowed); all positions, padded, if n <= k."""
+    if n <= k:
+        out = np.full(k, -1, np.int32)
+        out[:n] = np.arange(n, dtype=np.int32)
+        return out
+    tail = list(range(n - k // 4, n))
+    centre = rng.randrange(n)
+    cluster = [min(n - 1, max(0, centre + rng.randint(-k, k))) for _ in range(k // 2)]
+    rand = [rng.randrange(n) for _ in range(k - len(tail) - len(cluster))]
+    return np.array(tail + cluster + rand, dtype=np.int32)
+
+
 def row_bytes_of(key_id: int, layer: int, offset: int, width: int) -> NDArray[np.uint8]:
     """The bytes of one KV row (see ``rows_of``)."""
     row: NDArray[np.uint8] = rows_of(np.array([key_id]), layer, np.array([offset]), width)[0]
@@ -287,19 +301,7 @@ class Simulation:
         return steps[0] if len(steps) == 1 else np.stack(steps)
 
     def _topk_one(self, r: str) -> NDArray[np.int32]:
-        """Locality: the recent tail, a cluster around a drifting centre, a few random."""
-        n = len(self.pages[r]) * self.o.block_tokens
-        k = self.o.top_k
-        if n <= k:
-            out = np.full(k, -1, np.int32)
-            out[:n] = np.arange(n, dtype=np.int32)
-            return out
-        rng = self.rng
-        tail = list(range(n - k // 4, n))
-        centre = rng.randrange(n)
-        cluster = [min(n - 1, max(0, centre + rng.randint(-k, k))) for _ in range(k // 2)]
-        rand = [rng.randrange(n) for _ in range(k - len(tail) - len(cluster))]
-        return np.array(tail + cluster + rand, dtype=np.int32)  # duplicates allowed
+        return locality_topk(self.rng, len(self.pages[r]) * self.o.block_tokens, self.o.top_k)
 
     def _prefill(self, r: str) -> None:
         """Write the request's GPU-resident pages into every layer's resident rows."""

@@ -30,6 +30,18 @@
 (* Worker loss: the worker restarts or a metadata message is lost; the    *)
 (* engine tells the coordinator, which recovers in the same step.         *)
 (*                                                                         *)
+(* Tensor parallelism: every rank of `Ranks` holds the same KV bytes and *)
+(* runs its own worker: its own command channel, copy stream, acks and   *)
+(* worker meta. The host cache is one logical pool with a view per rank, *)
+(* backed privately (each rank writes its own copy of every host block)  *)
+(* or by one shared allocation (only `Writer` copies; every other rank   *)
+(* orders its reads after the writer's copy event). A transfer's source  *)
+(* is released once every rank has acknowledged it as enqueued (for a    *)
+(* reader rank of a shared pool: its reads ordered after the writer's    *)
+(* event); its page is published once no rank's acknowledgement is      *)
+(* still owed (`need`). With Ranks = {one rank} this is the single-worker *)
+(* protocol exactly.                                                     *)
+(*                                                                         *)
 (* `Bug` names a deliberately injected defect ("none" normally); each one *)
 (* must be caught by the invariant or property that hisparse.bugs names.  *)
 (***************************************************************************)
@@ -37,19 +49,29 @@ EXTENDS Naturals, FiniteSets, Sequences
 
 CONSTANTS
     Requests,        \* request identities
-    GpuBlocks,       \* blocks of HMA's device pool
+    GpuBlocks,       \* blocks of HMA's device pool (the same ids on every rank)
     HostBlocks,      \* host block identities the coordinator can name
     Keys,            \* prefix identities of logical pages (their contents)
     PageKeys,        \* [Requests -> Seq(Keys)]: the content of each logical page
     HostPoolBytes,   \* host_pool_gib, in abstract units
     HostBlockBytes,  \* bytes of one host block, same units
+    Ranks,           \* tensor-parallel ranks, one worker each
+    Writer,          \* with a shared host allocation, the one rank that copies
+    Backing,         \* "private" (a host pool per rank) or "shared" (one for all)
     Bug              \* injected defect, "none" in a correct model
 
 ASSUME HostBlockBytes > 0 /\ HostPoolBytes >= 0
+ASSUME Writer \in Ranks /\ Backing \in {"private", "shared"}
 
 Pages == UNION {{<<r, i>> : i \in 1..Len(PageKeys[r])} : r \in Requests}
 PagesOf(r) == {<<r, i>> : i \in 1..Len(PageKeys[r])}
 KeyOf(p) == PageKeys[p[1]][p[2]]
+
+\* The ranks that copy GPU-to-host, and so the physical host pools: every
+\* rank with private backing, only the writer with a shared allocation.
+Copiers == IF Backing = "shared" THEN {Writer} ELSE Ranks
+\* The physical pool rank w reads.
+Bank(w) == IF Backing = "shared" THEN Writer ELSE w
 
 \* Sentinels. Tuples keep every comparison between values of one shape.
 NoPage == <<"nopage", 0>>
@@ -57,7 +79,7 @@ NoLoc == <<"nowhere", "nowhere">>
 NoKey == "nokey"
 Idle == "idle"
 Data == Keys \cup {"empty", "garbage"}
-NoSpill == [src |-> "none", page |-> NoPage, phase |-> "none"]
+NoSpill == [src |-> "none", page |-> NoPage, phase |-> "none", enq |-> {}, need |-> {}]
 
 \* The realized pool is rounded down to whole host blocks.
 HostCapacity == HostPoolBytes \div HostBlockBytes
@@ -68,9 +90,13 @@ HostCapacityRoundedUp ==
 Loc == {NoLoc} \cup {<<"gpu", g>> : g \in GpuBlocks}
                \cup {<<"host", h>> : h \in HostBlocks}
 Transfers == [src : GpuBlocks, dst : HostBlocks]   \* SparseKVPageTransfer
-\* "abandoned": closed by a worker loss, its destination held until the copy
-\* that may still be running into it is known to have finished.
-Spills == [src : GpuBlocks, page : Pages, phase : {"sent", "enqueued", "abandoned"}]
+\* An open transfer. `enq`: ranks whose enqueued ack was consumed. `need`:
+\* ranks whose last ack is still owed (a copier's completed ack, a reader's
+\* enqueued ack), or whose copy may still be running after a worker loss.
+\* "abandoned": closed by a worker loss, its destination held until `need`
+\* is empty.
+Spills == [src : GpuBlocks, page : Pages, phase : {"sent", "enqueued", "abandoned"},
+           enq : SUBSET Ranks, need : SUBSET Ranks]
 WorkerMeta == [enq : SUBSET HostBlocks, done : SUBSET HostBlocks]
 
 VARIABLES
@@ -85,21 +111,22 @@ VARIABLES
     hostKey,    \* [HostBlocks -> Keys \cup {NoKey}]: the page a host block claims to hold
     prefix,     \* [Keys -> SUBSET HostBlocks]: prefix index, published pages only
     spill,      \* [HostBlocks -> Spills \cup {NoSpill}]: the coordinator's open transfers
-    \* channels
-    down,       \* SUBSET Transfers: commands sent, not yet taken by the worker
-    up,         \* Seq(WorkerMeta): acks reported, not yet consumed by the scheduler
-    \* worker
-    copying,    \* [HostBlocks -> Data \cup {Idle}]: copies in the stream, with the bytes they carry
-    wEnq,       \* SUBSET HostBlocks: enqueued, not yet reported
-    wDone,      \* SUBSET HostBlocks: completed, not yet reported
+    \* channels, one pair per rank
+    down,       \* [Ranks -> SUBSET Transfers]: commands sent, not yet taken by the rank
+    up,         \* [Ranks -> Seq(WorkerMeta)]: acks reported, not yet consumed
+    \* workers
+    copying,    \* [Ranks -> [HostBlocks -> Data \cup {Idle}]]: copies in each rank's stream
+    waits,      \* [Ranks -> SUBSET HostBlocks]: reader streams ordered after the writer's copy
+    wEnq,       \* [Ranks -> SUBSET HostBlocks]: enqueued, not yet reported
+    wDone,      \* [Ranks -> SUBSET HostBlocks]: completed, not yet reported
     \* the bytes
-    gpuData,    \* [GpuBlocks -> Data]
-    hostData    \* [HostBlocks -> Data]
+    gpuData,    \* [GpuBlocks -> Data]: the same on every rank
+    hostData    \* [Copiers -> [HostBlocks -> Data]]: each physical host pool
 
 schedVars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill>>
-workerVars == <<copying, wEnq, wDone>>
+workerVars == <<copying, waits, wEnq, wDone>>
 vars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
-          down, up, copying, wEnq, wDone, gpuData, hostData>>
+          down, up, copying, waits, wEnq, wDone, gpuData, hostData>>
 
 Init ==
     /\ req = [r \in Requests |-> "new"]
@@ -110,13 +137,14 @@ Init ==
     /\ hostKey = [h \in HostBlocks |-> NoKey]
     /\ prefix = [k \in Keys |-> {}]
     /\ spill = [h \in HostBlocks |-> NoSpill]
-    /\ down = {}
-    /\ up = <<>>
-    /\ copying = [h \in HostBlocks |-> Idle]
-    /\ wEnq = {}
-    /\ wDone = {}
+    /\ down = [w \in Ranks |-> {}]
+    /\ up = [w \in Ranks |-> <<>>]
+    /\ copying = [w \in Ranks |-> [h \in HostBlocks |-> Idle]]
+    /\ waits = [w \in Ranks |-> {}]
+    /\ wEnq = [w \in Ranks |-> {}]
+    /\ wDone = [w \in Ranks |-> {}]
     /\ gpuData = [g \in GpuBlocks |-> "empty"]
-    /\ hostData = [h \in HostBlocks |-> "empty"]
+    /\ hostData = [b \in Copiers |-> [h \in HostBlocks |-> "empty"]]
 
 -----------------------------------------------------------------------------
 (* Derived views used by actions and invariants. *)
@@ -132,16 +160,16 @@ HitLen(r) ==
         /\ m = Len(PageKeys[r]) \/ prefix[PageKeys[r][m + 1]] = {}
 
 \* The host blocks some protocol artifact still in flight names. As a set, built once
-\* per state in O(blocks + artifacts), so an invariant over every host block tests
-\* membership instead of scanning the channels per block: for h \in HostBlocks,
-\* h \in InFlightBlocks <=> some command in `down` has destination h, or a copy into h
-\* is in the stream, or an unreported or reported ack names h, or a transfer into h is
-\* open (one set term per case).
+\* per state in O(ranks x (blocks + artifacts)), so an invariant over every host block
+\* tests membership instead of scanning the channels per block: for h \in HostBlocks,
+\* h \in InFlightBlocks <=> on some rank a command in `down` has destination h, or a
+\* copy into h is in the stream, or an unreported or reported ack names h; or a
+\* transfer into h is open (one set term per case).
 InFlightBlocks ==
-    {t.dst : t \in down}
-    \cup {h \in HostBlocks : copying[h] # Idle \/ spill[h] # NoSpill}
-    \cup wEnq \cup wDone
-    \cup UNION {up[i].enq \cup up[i].done : i \in 1..Len(up)}
+    {h \in HostBlocks : spill[h] # NoSpill \/ \E w \in Ranks : copying[w][h] # Idle}
+    \cup UNION {{t.dst : t \in down[w]} \cup wEnq[w] \cup wDone[w]
+                \cup UNION {up[w][i].enq \cup up[w][i].done : i \in 1..Len(up[w])}
+                : w \in Ranks}
 
 \* Some protocol artifact still names a page of request r.
 Referenced(r) ==
@@ -149,8 +177,17 @@ Referenced(r) ==
     \/ \E g \in GpuBlocks : gpuOwner[g] \in PagesOf(r)
     \/ \E h \in HostBlocks : spill[h].page \in PagesOf(r)
 
-\* The bytes a reader ordered after the worker stream sees on host block h.
-StreamHostData(h) == IF copying[h] # Idle THEN copying[h] ELSE hostData[h]
+\* The bytes rank w's reads of host block h see. A copy into the pool w
+\* reads is seen once it is ordered before the read: always for the rank's
+\* own stream; for a reader of a shared pool only through `waits`. An
+\* unordered read sees the block as it stood before the copy.
+StreamHostData(w, h) ==
+    LET c == copying[Bank(w)][h] IN
+    IF c # Idle /\ (Bank(w) = w \/ h \in waits[w]) THEN c ELSE hostData[Bank(w)][h]
+
+\* Every physical pool, with the given blocks overwritten by unrelated work.
+Scribble(D) == [b \in Copiers |-> [h \in HostBlocks |->
+                    IF h \in D THEN "garbage" ELSE hostData[b][h]]]
 
 -----------------------------------------------------------------------------
 (* Scheduler actions. *)
@@ -179,7 +216,7 @@ ArriveWith(r, hosts, blocks) ==
           /\ gpuData' = [g \in GpuBlocks |->
                             IF g \in Used THEN PageKeys[r][m + Holder(g)] ELSE gpuData[g]]
     /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up,
-                   copying, wEnq, wDone, hostData>>
+                   workerVars, hostData>>
 
 Arrive(r) ==
     LET m == HitLen(r)
@@ -188,7 +225,7 @@ Arrive(r) ==
            ArriveWith(r, hosts, blocks)
 
 \* Spill a resident page: pin the source and destination leases, send the
-\* SparseKVPageTransfer down.
+\* SparseKVPageTransfer down to every rank.
 StartSpill(p, h) ==
     /\ req[p[1]] = "running"
     /\ loc[p][1] = "gpu"
@@ -199,8 +236,9 @@ StartSpill(p, h) ==
         /\ ~srcPin[g]
         /\ hostState' = [hostState EXCEPT ![h] = "leased"]
         /\ hostKey' = [hostKey EXCEPT ![h] = KeyOf(p)]
-        /\ spill' = [spill EXCEPT ![h] = [src |-> g, page |-> p, phase |-> "sent"]]
-        /\ down' = down \cup {[src |-> g, dst |-> h]}
+        /\ spill' = [spill EXCEPT ![h] = [src |-> g, page |-> p, phase |-> "sent",
+                                          enq |-> {}, need |-> Ranks]]
+        /\ down' = [w \in Ranks |-> down[w] \cup {[src |-> g, dst |-> h]}]
         /\ IF Bug = "release_source_at_send"
            THEN /\ loc' = [loc EXCEPT ![p] = <<"host", h>>]
                 /\ gpuOwner' = [gpuOwner EXCEPT ![g] = NoPage]
@@ -208,12 +246,14 @@ StartSpill(p, h) ==
                 /\ UNCHANGED srcPin
            ELSE /\ srcPin' = [srcPin EXCEPT ![g] = TRUE]
                 /\ UNCHANGED <<loc, gpuOwner, gpuData>>
-    /\ UNCHANGED <<req, prefix, up, copying, wEnq, wDone, hostData>>
+    /\ UNCHANGED <<req, prefix, up, workerVars, hostData>>
 
-\* The effects of one enqueued ack: replace the block-table entry, release
-\* the resident lease (and its pin) to HMA. Stream order makes reuse safe.
-AfterEnqueued(E, s) ==
-    LET Src(g) == \E h \in E : s[h].src = g
+\* The effects of enqueued acks: the transfers of E are enqueued on every
+\* rank, so their block-table entries move to the host and their phase
+\* advances; the sources of R (normally E) go back to HMA with their pins.
+\* Stream order on every rank makes the reuse safe.
+AfterEnqueued(E, R, s) ==
+    LET Src(g) == \E h \in R : s[h].src = g
         Moved(p) == \E h \in E : s[h].page = p /\ req[p[1]] = "running"
         Dst(p) == CHOOSE h \in E : s[h].page = p
     IN [loc |-> [p \in Pages |->
@@ -229,42 +269,59 @@ AfterEnqueued(E, s) ==
         spill |-> [h \in HostBlocks |->
                      IF h \in E THEN [s[h] EXCEPT !.phase = "enqueued"] ELSE s[h]]]
 
-\* Consume one worker meta: enqueued IDs first, then completed IDs.
-\* A completed copy publishes its host page (valid + prefix index) and
-\* releases the destination lease; an aborted request's page is freed instead.
-ConsumeMeta ==
-    /\ up # <<>>
-    /\ LET m == Head(up)
+\* Consume rank w's next worker meta: enqueued IDs first, then completed
+\* IDs. A transfer no rank owes an ack for any more closes: a completed one
+\* publishes its host page (valid + prefix index) and releases the
+\* destination lease; an aborted or abandoned one frees it instead.
+ConsumeMeta(w) ==
+    /\ up[w] # <<>>
+    /\ LET m == Head(up[w])
+           Acked == {h \in m.enq : spill[h] # NoSpill}
+           E0 == {h \in Acked : spill[h].phase = "sent"}
+           \* a reader's enqueued ack is its last: its reads are ordered
+           s1 == [h \in HostBlocks |->
+                    IF h \notin Acked THEN spill[h]
+                    ELSE [spill[h] EXCEPT
+                            !.enq = IF h \in E0 THEN @ \cup {w} ELSE @,
+                            !.need = IF w \in Copiers THEN @ ELSE @ \ {w}]]
+           E == {h \in E0 : s1[h].enq = Ranks}
+           R == IF Bug = "release_source_at_first_enqueued" THEN E0 ELSE E
+           a == AfterEnqueued(E, R, s1)
            \* the buggy order handles completions first and drops those it
            \* cannot match to an enqueued transfer
-           E == {h \in m.enq : spill[h].phase = "sent"}
            D == IF Bug = "batched_done_before_enqueued"
                 THEN {h \in m.done : spill[h].phase = "enqueued"}
                 ELSE {h \in m.done : spill[h] # NoSpill}
-           a == AfterEnqueued(E, spill)
-           Publish == {h \in D : /\ req[a.spill[h].page[1]] # "aborted"
-                                  /\ a.spill[h].phase # "abandoned"}
+           s2 == [h \in HostBlocks |->
+                    IF h \in D THEN [a.spill[h] EXCEPT !.need = @ \ {w}] ELSE a.spill[h]]
+           Early(h) == \/ Bug = "publish_after_one_rank_done"
+                          /\ req[s2[h].page[1]] # "aborted" /\ s2[h].phase = "enqueued"
+                       \/ Bug = "abort_frees_after_one_rank_done"
+                          /\ req[s2[h].page[1]] = "aborted"
+           Close == {h \in Acked \cup D : /\ s2[h].phase # "sent"
+                                          /\ s2[h].need = {} \/ (h \in D /\ Early(h))}
+           Publish == {h \in Close : /\ req[s2[h].page[1]] # "aborted"
+                                     /\ s2[h].phase = "enqueued"}
            PublishEarly == IF Bug = "publish_at_enqueued" THEN E ELSE {}
            Valid == Publish \cup PublishEarly
+           Free == Close \ Valid
        IN /\ loc' = a.loc
           /\ gpuOwner' = a.gpuOwner
           /\ gpuData' = a.gpuData
           /\ srcPin' = a.srcPin
-          /\ spill' = [h \in HostBlocks |-> IF h \in D THEN NoSpill ELSE a.spill[h]]
+          /\ spill' = [h \in HostBlocks |-> IF h \in Close THEN NoSpill ELSE s2[h]]
           /\ hostState' = [h \in HostBlocks |->
                              IF h \in Valid THEN "valid"
-                             ELSE IF h \in D THEN "free"
+                             ELSE IF h \in Free THEN "free"
                              ELSE hostState[h]]
-          /\ hostKey' = [h \in HostBlocks |->
-                           IF h \in D \ Valid THEN NoKey ELSE hostKey[h]]
+          /\ hostKey' = [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]]
           /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Valid : hostKey[h] = k}]
-          /\ hostData' = [h \in HostBlocks |->
-                            IF h \in D \ Valid THEN "garbage" ELSE hostData[h]]
-          /\ up' = Tail(up)
-    /\ UNCHANGED <<req, down, copying, wEnq, wDone>>
+          /\ hostData' = Scribble(Free)
+          /\ up' = [up EXCEPT ![w] = Tail(@)]
+    /\ UNCHANGED <<req, down, workerVars>>
 
 \* A request ends. Its block-table entries go; unpinned resident blocks go
-\* back to HMA; pinned ones wait for their enqueued ack.
+\* back to HMA; pinned ones wait for their enqueued acks.
 EndRequest(r, how) ==
     /\ req' = [req EXCEPT ![r] = how]
     /\ loc' = [p \in Pages |-> IF p[1] = r THEN NoLoc ELSE loc[p]]
@@ -277,7 +334,7 @@ Finish(r) ==
     /\ req[r] = "running"
     /\ EndRequest(r, "finished")
     /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up,
-                   copying, wEnq, wDone, hostData>>
+                   workerVars, hostData>>
 
 \* Aborts may come at any moment, also while the request's copies are in flight.
 Abort(r) ==
@@ -289,7 +346,7 @@ Abort(r) ==
             /\ hostKey' = [h \in HostBlocks |-> IF h \in Mine THEN NoKey ELSE hostKey[h]]
             /\ spill' = [h \in HostBlocks |-> IF h \in Mine THEN NoSpill ELSE spill[h]]
        ELSE UNCHANGED <<hostState, hostKey, spill>>
-    /\ UNCHANGED <<srcPin, prefix, down, up, copying, wEnq, wDone, hostData>>
+    /\ UNCHANGED <<srcPin, prefix, down, up, workerVars, hostData>>
 
 \* Drop a published host page nobody references (host-pool pressure).
 EvictHost(h) ==
@@ -299,9 +356,9 @@ EvictHost(h) ==
     /\ hostKey' = [hostKey EXCEPT ![h] = NoKey]
     /\ prefix' = IF Bug = "evict_keeps_index" THEN prefix
                  ELSE [prefix EXCEPT ![hostKey[h]] = @ \ {h}]
-    /\ hostData' = [hostData EXCEPT ![h] = "garbage"]
+    /\ hostData' = Scribble({h})
     /\ UNCHANGED <<req, loc, gpuOwner, srcPin, spill, down, up,
-                   copying, wEnq, wDone, gpuData>>
+                   workerVars, gpuData>>
 
 \* An ended request that nothing references leaves the protocol state: its
 \* ID is free again (the Init value), and may be declared anew.
@@ -314,86 +371,99 @@ Retire(r) ==
           \A h \in HostBlocks : hostKey[h] \notin {KeyOf(p) : p \in PagesOf(r)}
     /\ req' = [req EXCEPT ![r] = "new"]
     /\ UNCHANGED <<loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
-                   down, up, copying, wEnq, wDone, gpuData, hostData>>
+                   down, up, workerVars, gpuData, hostData>>
 
 -----------------------------------------------------------------------------
-(* Worker actions. *)
+(* Worker actions, each on one rank. *)
 
-\* Take a command and enqueue its GPU-to-host copy; the copy carries the
-\* source bytes as they stand at its stream position.
-WorkerEnqueue(t) ==
-    /\ t \in down
-    /\ down' = down \ {t}
-    /\ copying' = [copying EXCEPT ![t.dst] = gpuData[t.src]]
-    /\ wEnq' = wEnq \cup {t.dst}
+\* Rank w takes a command. A copier enqueues its GPU-to-host copy, which
+\* carries the source bytes as they stand at its stream position. A reader
+\* of a shared pool copies nothing: it orders its stream after the writer's
+\* copy event, which exists once the writer has taken the command.
+WorkerEnqueue(w, t) ==
+    /\ t \in down[w]
+    /\ down' = [down EXCEPT ![w] = @ \ {t}]
+    /\ wEnq' = [wEnq EXCEPT ![w] = @ \cup {t.dst}]
+    /\ IF w \in Copiers
+       THEN /\ copying' = [copying EXCEPT ![w][t.dst] = gpuData[t.src]]
+            /\ UNCHANGED waits
+       ELSE /\ Bug = "reader_skips_writer_event" \/ t \notin down[Writer]
+            /\ waits' = IF Bug = "reader_skips_writer_event" \/ copying[Writer][t.dst] = Idle
+                        THEN waits
+                        ELSE [waits EXCEPT ![w] = @ \cup {t.dst}]
+            /\ UNCHANGED copying
     /\ UNCHANGED <<schedVars, up, wDone, gpuData, hostData>>
 
 \* Injected defect: a received command is lost.
-WorkerDrop(t) ==
+WorkerDrop(w, t) ==
     /\ Bug = "worker_drops_transfer"
-    /\ t \in down
-    /\ down' = down \ {t}
+    /\ t \in down[w]
+    /\ down' = [down EXCEPT ![w] = @ \ {t}]
     /\ UNCHANGED <<schedVars, up, workerVars, gpuData, hostData>>
 
-\* The copy reaches its event: the bytes land in the host block.
-WorkerComplete(h) ==
-    /\ copying[h] # Idle
-    /\ hostData' = [hostData EXCEPT ![h] = copying[h]]
-    /\ copying' = [copying EXCEPT ![h] = Idle]
-    /\ wDone' = wDone \cup {h}
+\* Rank w's copy reaches its event: the bytes land in its host pool, and
+\* reader streams waiting on that event are released.
+WorkerComplete(w, h) ==
+    /\ copying[w][h] # Idle
+    /\ hostData' = [hostData EXCEPT ![w][h] = copying[w][h]]
+    /\ copying' = [copying EXCEPT ![w][h] = Idle]
+    /\ wDone' = [wDone EXCEPT ![w] = @ \cup {h}]
+    /\ waits' = [v \in Ranks |-> waits[v] \ {h}]
     /\ UNCHANGED <<schedVars, down, up, wEnq, gpuData>>
 
-\* Report every ack not yet reported: acks may be late, batched across
-\* steps, and carry enqueued and completed for one transfer together.
-\* One worker meta is in flight at a time: the engine returns it with the
-\* step's output and the scheduler consumes it before the next step.
-WorkerReport ==
-    /\ up = <<>>
-    /\ wEnq \cup wDone # {}
-    /\ up' = Append(up, [enq |-> wEnq, done |-> wDone])
-    /\ wEnq' = {}
-    /\ wDone' = {}
-    /\ UNCHANGED <<schedVars, down, copying, gpuData, hostData>>
+\* Rank w reports every ack not yet reported: acks may be late, batched
+\* across steps, and carry enqueued and completed for one transfer together.
+\* One worker meta per rank is in flight at a time: the engine returns it
+\* with the step's output and the scheduler consumes it before the next step.
+WorkerReport(w) ==
+    /\ up[w] = <<>>
+    /\ wEnq[w] \cup wDone[w] # {}
+    /\ up' = [up EXCEPT ![w] = <<[enq |-> wEnq[w], done |-> wDone[w]]>>]
+    /\ wEnq' = [wEnq EXCEPT ![w] = {}]
+    /\ wDone' = [wDone EXCEPT ![w] = {}]
+    /\ UNCHANGED <<schedVars, down, copying, waits, gpuData, hostData>>
 
-\* Worker loss: the worker restarts, or a metadata message is lost in either
-\* direction. Commands not yet taken, acks not yet reported and a worker meta
-\* in transit are gone; copies already in the device stream keep running.
+\* Loss of rank w: its worker restarts, or a metadata message to or from it
+\* is lost. Its commands not yet taken, acks not yet reported and worker
+\* meta in transit are gone; copies already in its stream keep running.
 \* The engine tells the coordinator in the same step, and the restarted
 \* worker names the destinations its stream still writes (Busy). Recovery:
-\*  - a transfer whose enqueued ack was never consumed is abandoned: its
-\*    source pin goes (the page stays resident; an ended request's block
-\*    returns to HMA), nothing is published, and its destination returns to
-\*    the pool unless a copy may still be running into it;
-\*  - a transfer past its enqueued ack whose copy has landed is completed
-\*    (the ack was lost, the bytes were not): published, or discarded for an
-\*    aborted request; one still copying waits for its completed ack;
-\*  - an abandoned destination no longer copying returns to the pool.
-WorkerLoss ==
-    LET Busy(h) == copying[h] # Idle
+\*  - a transfer not yet enqueued on every rank is abandoned: its source pin
+\*    goes (the page stays resident; an ended request's block returns to
+\*    HMA), and nothing is published;
+\*  - rank w owes no ack any more for a transfer unless its copy may still
+\*    be running (then it owes the completed ack);
+\*  - a transfer no rank owes an ack for closes: an enqueued one is
+\*    published (its bytes landed everywhere; the acks were lost), or freed
+\*    for an aborted request; an abandoned one's destination returns.
+WorkerLoss(w) ==
+    LET Busy(h) == copying[w][h] # Idle
         Open == {h \in HostBlocks : spill[h] # NoSpill}
         Sent == {h \in Open : spill[h].phase = "sent"}
-        Landed == {h \in Open : spill[h].phase = "enqueued" /\ ~Busy(h)}
         Ended(h) == req[spill[h].page[1]] \in {"finished", "aborted"}
         Unpinned == {spill[h].src : h \in Sent}
         Returned == {spill[h].src : h \in {x \in Sent : Ended(x)}}
+        Need(h) == IF Busy(h) THEN spill[h].need ELSE spill[h].need \ {w}
+        Close == {h \in Open : Need(h) = {} \/ (Bug = "recover_frees_busy_destination"
+                                                /\ h \in Sent)}
         Publish == IF Bug = "recover_publishes_unsent"
-                   THEN {h \in Landed \cup Sent : ~Busy(h) /\ req[spill[h].page[1]] # "aborted"}
-                   ELSE {h \in Landed : req[spill[h].page[1]] # "aborted"}
-        Close == {h \in Open : ~Busy(h) \/ (Bug = "recover_frees_busy_destination"
-                                            /\ h \in Sent)}
+                   THEN {h \in Close : ~Busy(h) /\ req[spill[h].page[1]] # "aborted"}
+                   ELSE {h \in Close : spill[h].phase = "enqueued"
+                                       /\ req[spill[h].page[1]] # "aborted"}
         Free == Close \ Publish
-        Keep == {h \in Sent \cup {x \in Open : spill[x].phase = "abandoned"} : h \notin Close}
     IN
-    /\ down' = {}
-    /\ up' = <<>>
-    /\ wEnq' = {}
-    /\ wDone' = {}
+    /\ down' = [down EXCEPT ![w] = {}]
+    /\ up' = [up EXCEPT ![w] = <<>>]
+    /\ wEnq' = [wEnq EXCEPT ![w] = {}]
+    /\ wDone' = [wDone EXCEPT ![w] = {}]
     /\ srcPin' = [g \in GpuBlocks |-> IF g \in Unpinned THEN FALSE ELSE srcPin[g]]
     /\ gpuOwner' = [g \in GpuBlocks |-> IF g \in Returned THEN NoPage ELSE gpuOwner[g]]
     /\ gpuData' = [g \in GpuBlocks |-> IF g \in Returned THEN "garbage" ELSE gpuData[g]]
     /\ spill' = [h \in HostBlocks |->
                     IF h \in Close THEN NoSpill
-                    ELSE IF h \in Keep THEN [spill[h] EXCEPT !.phase = "abandoned"]
+                    ELSE IF h \in Open
+                         THEN [spill[h] EXCEPT !.need = Need(h),
+                                               !.phase = IF h \in Sent THEN "abandoned" ELSE @]
                     ELSE spill[h]]
     /\ hostState' = [h \in HostBlocks |->
                         IF h \in Publish THEN "valid"
@@ -401,8 +471,8 @@ WorkerLoss ==
                         ELSE hostState[h]]
     /\ hostKey' = [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]]
     /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Publish : hostKey[h] = k}]
-    /\ hostData' = [h \in HostBlocks |-> IF h \in Free THEN "garbage" ELSE hostData[h]]
-    /\ UNCHANGED <<req, loc, copying>>
+    /\ hostData' = Scribble(Free)
+    /\ UNCHANGED <<req, loc, copying, waits>>
 
 -----------------------------------------------------------------------------
 
@@ -414,27 +484,30 @@ Quiescent ==
 SchedulerNext ==
     \/ \E r \in Requests : Arrive(r) \/ Finish(r) \/ Abort(r)
     \/ \E p \in Pages, h \in HostBlocks : StartSpill(p, h)
-    \/ ConsumeMeta
+    \/ \E w \in Ranks : ConsumeMeta(w)
     \/ \E h \in HostBlocks : EvictHost(h)
     \/ \E r \in Requests : Retire(r)
 
 WorkerNext ==
-    \/ \E t \in down : WorkerEnqueue(t) \/ WorkerDrop(t)
-    \/ \E h \in HostBlocks : WorkerComplete(h)
-    \/ WorkerReport
-    \/ WorkerLoss
+    \E w \in Ranks :
+        \/ \E t \in down[w] : WorkerEnqueue(w, t) \/ WorkerDrop(w, t)
+        \/ \E h \in HostBlocks : WorkerComplete(w, h)
+        \/ WorkerReport(w)
+        \/ WorkerLoss(w)
 
 Next == SchedulerNext \/ WorkerNext \/ Quiescent
 
-\* The worker, the scheduler's consumption of its meta and retirement are
-\* weakly fair, each command, copy and request on its own: a retired ID may
-\* come back, so a behaviour may hold infinitely many transfers and requests,
-\* and fairness of the disjunction would let one starve behind the others.
+\* Every rank's worker, the scheduler's consumption of each rank's meta and
+\* retirement are weakly fair, each command, copy and request on its own: a
+\* retired ID may come back, so a behaviour may hold infinitely many
+\* transfers and requests, and fairness of the disjunction would let one
+\* starve behind the others.
 Fairness ==
-    /\ \A t \in Transfers : WF_vars(WorkerEnqueue(t))
-    /\ \A h \in HostBlocks : WF_vars(WorkerComplete(h))
-    /\ WF_vars(WorkerReport)
-    /\ WF_vars(ConsumeMeta)
+    /\ \A w \in Ranks :
+          /\ \A t \in Transfers : WF_vars(WorkerEnqueue(w, t))
+          /\ \A h \in HostBlocks : WF_vars(WorkerComplete(w, h))
+          /\ WF_vars(WorkerReport(w))
+          /\ WF_vars(ConsumeMeta(w))
     /\ \A r \in Requests : WF_vars(Retire(r))
 
 Spec == Init /\ [][Next]_vars /\ Fairness
@@ -451,13 +524,14 @@ TypeOK ==
     /\ hostKey \in [HostBlocks -> Keys \cup {NoKey}]
     /\ prefix \in [Keys -> SUBSET HostBlocks]
     /\ spill \in [HostBlocks -> Spills \cup {NoSpill}]
-    /\ down \subseteq Transfers
-    /\ \A i \in 1..Len(up) : up[i] \in WorkerMeta
-    /\ copying \in [HostBlocks -> Data \cup {Idle}]
-    /\ wEnq \subseteq HostBlocks
-    /\ wDone \subseteq HostBlocks
+    /\ down \in [Ranks -> SUBSET Transfers]
+    /\ \A w \in Ranks : \A i \in 1..Len(up[w]) : up[w][i] \in WorkerMeta
+    /\ copying \in [Ranks -> [HostBlocks -> Data \cup {Idle}]]
+    /\ waits \in [Ranks -> SUBSET HostBlocks]
+    /\ wEnq \in [Ranks -> SUBSET HostBlocks]
+    /\ wDone \in [Ranks -> SUBSET HostBlocks]
     /\ gpuData \in [GpuBlocks -> Data]
-    /\ hostData \in [HostBlocks -> Data]
+    /\ hostData \in [Copiers -> [HostBlocks -> Data]]
 
 \* No GPU block backs two block-table entries; no host block is free while
 \* a transfer naming it is still in flight (its ID would be reused).
@@ -481,7 +555,8 @@ NoLeaseLeaked ==
        IN \A g \in GpuBlocks : srcPin[g] => g \in SentSrc
     /\ \A h \in HostBlocks : hostState[h] = "leased" => spill[h] # NoSpill
 
-\* Until its copy is enqueued, a source block stays leased, pinned and intact.
+\* Until its copy is enqueued on every rank, a source block stays leased,
+\* pinned and intact.
 NoReuseBeforeEnqueued ==
     \A h \in HostBlocks : spill[h].phase = "sent" =>
         LET g == spill[h].src IN
@@ -489,19 +564,21 @@ NoReuseBeforeEnqueued ==
         /\ srcPin[g]
         /\ gpuData[g] = KeyOf(spill[h].page)
 
-\* A valid (published) host page has no copy or ack in flight.
+\* A valid (published) host page has no copy or ack in flight on any rank.
 NoPublishBeforeComplete ==
     LET F == InFlightBlocks
     IN \A h \in HostBlocks : hostState[h] = "valid" => h \notin F
 
 \* The prefix index names only valid pages, and a valid page holds the bytes
-\* of the page it claims.
+\* of the page it claims in every physical pool.
 PublishedDataCorrect ==
     /\ \A k \in Keys : \A h \in prefix[k] :
           hostState[h] = "valid" /\ hostKey[h] = k
-    /\ \A h \in HostBlocks : hostState[h] = "valid" => hostData[h] = hostKey[h]
+    /\ \A b \in Copiers : \A h \in HostBlocks :
+          hostState[h] = "valid" => hostData[b][h] = hostKey[h]
 
-\* Every page of a running request is readable from exactly one place.
+\* Every page of a running request is readable from exactly one place, on
+\* every rank.
 \* "No other GPU block is leased to a running page p" was \A p : \A g : gpuOwner[g] = p
 \* => loc[p] = <<"gpu", g>> (pages x GPU blocks); for each g the only p with
 \* gpuOwner[g] = p is gpuOwner[g] itself, so it is the same statement per block, with
@@ -515,7 +592,7 @@ LivePagesReadable ==
                    gpuOwner[loc[p][2]] = p /\ gpuData[loc[p][2]] = KeyOf(p)
             [] loc[p][1] = "host" ->
                    hostState[loc[p][2]] # "free"
-                   /\ StreamHostData(loc[p][2]) = KeyOf(p)
+                   /\ \A w \in Ranks : StreamHostData(w, loc[p][2]) = KeyOf(p)
             [] OTHER -> FALSE
 
 HostPoolNotOvercommitted == Cardinality(HostInUse) <= HostCapacity

@@ -16,6 +16,9 @@ MCPageKeys == (r1 :> <<k1>>) @@ (r2 :> <<k1>>) @@ (r3 :> <<k2>>)
 MCHostPoolBytes == 5
 MCHostBlockBytes == 2
 MCBug == "none"
+MCRanks == {1}
+MCWriter == 1
+MCBacking == "private"
 MCRequestsLive == {r1, r2}
 MCGpuBlocksLive == {g1}
 MCHostBlocksLive == {h1, h2}

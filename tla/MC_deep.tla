@@ -12,5 +12,8 @@ MCPageKeys == (r1 :> <<k1, k2>>) @@ (r2 :> <<k1>>) @@ (r3 :> <<k1, k3>>)
 MCHostPoolBytes == 9
 MCHostBlockBytes == 2
 MCBug == "none"
+MCRanks == {1}
+MCWriter == 1
+MCBacking == "private"
 MCSymmetry == Permutations(MCGpuBlocks) \cup Permutations(MCHostBlocks)
 =============================================================================

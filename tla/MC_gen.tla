@@ -16,4 +16,7 @@ MCPageKeys == (r1 :> <<k1, k2>>) @@ (r2 :> <<k1>>)
 MCHostPoolBytes == 3
 MCHostBlockBytes == 2
 MCBug == "none"
+MCRanks == {1}
+MCWriter == 1
+MCBacking == "private"
 =============================================================================

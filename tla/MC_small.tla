@@ -11,6 +11,9 @@ MCPageKeys == (r1 :> <<k1, k2>>) @@ (r2 :> <<k1>>)
 MCHostPoolBytes == 5
 MCHostBlockBytes == 2
 MCBug == "none"
+MCRanks == {1}
+MCWriter == 1
+MCBacking == "private"
 \* Liveness runs without symmetry (unsound with it) on a smaller instance:
 \* two one-page requests with the same content, one GPU and one host block
 \* (retired IDs come back, so liveness explores every reuse; each injected

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from hisparse.executor.base import ResolveBatch, SpillCopy
 from hisparse.executor.cuda.backend import load_cupy
+from hisparse.executor.cuda.hostmem import HostArena, PrivateHost
 from hisparse.executor.cuda.kernels import (
     COPY_THREADS,
     LAUNCH_WORDS,
@@ -61,12 +62,13 @@ class CudaExecutor:
     (the longest context): each slot keeps a position -> hot-row index of that length
     (4 bytes per position per slot) so a lookup is one load. ``stream`` is the compute
     stream (default: the current CuPy stream at construction; wrap a torch stream with
-    ``cupy.cuda.ExternalStream``).
+    ``cupy.cuda.ExternalStream``). ``host_arena`` backs the host pools (default: private
+    pinned memory per cache; ``hostmem.SharedHost`` for one allocation shared by ranks).
     """
 
     def __init__(
         self, *, top_k: int, max_positions: int, num_speculative_tokens: int = 0, device: int = 0,
-        stream: Any = None,
+        stream: Any = None, host_arena: HostArena | None = None,
     ) -> None:
         cupy = load_cupy()
         self._cupy = cupy
@@ -75,6 +77,7 @@ class CudaExecutor:
         self.num_speculative_tokens = num_speculative_tokens
         self.entries_per_slot = num_speculative_tokens + 1  # a slot's entries in one batch
         self.device_id = device
+        self.host_arena: HostArena = host_arena if host_arena is not None else PrivateHost()
         ResolverShape.of(
             min_hot_rows(top_k, num_speculative_tokens), top_k, num_speculative_tokens,
             max_positions,
@@ -115,7 +118,7 @@ class CudaExecutor:
             self._resolver(shape)  # compile now, not at the first (maybe captured) launch
         assert layout.row_bytes % ROW_ALIGN == 0  # PoolLayout enforces it
         with self._cupy.cuda.Device(self.device_id), self.stream:
-            pools = allocate_pools(layout, shape)
+            pools = allocate_pools(layout, shape, self.host_arena)
         if shape is not None:
             self._leaders.add(pools)
         return pools
@@ -158,15 +161,9 @@ class CudaExecutor:
         """One spill; ``enqueue_spills`` batches a step's spills into one launch."""
         self.enqueue_spills(pools, [(transfer_id, src_gpu_block, dst_host_block)])
 
-    def enqueue_spills(self, pools: CudaPools, spills: Sequence[SpillCopy]) -> None:
-        """Queue whole-block copies device -> pinned host after the work already queued on
-        the compute stream, in one kernel launch on the spill stream.
-
-        Everything is checked before anything is queued (``BadTransfer``): coordinates in
-        range, one copy per transfer ID per cache, no host block written twice in flight.
-        """
-        layout = pools.layout
-        checked = check_spills(layout, spills)
+    def checked_spills(self, pools: CudaPools, spills: Sequence[SpillCopy]) -> list[SpillCopy]:
+        """A step's spills for one cache, checked whole (``BadTransfer``); changes nothing."""
+        checked = check_spills(pools.layout, spills)
         for t, _, d in checked:
             if t in self._landed:
                 raise BadTransfer(f"transfer {t} has already completed; use a fresh transfer ID")
@@ -180,8 +177,19 @@ class CudaExecutor:
                     f"host block {d} still has copy {pools.pending_blocks[d]} queued into it; "
                     "its destination lease is held until that copy completes"
                 )
+        return checked
+
+    def enqueue_spills(self, pools: CudaPools, spills: Sequence[SpillCopy]) -> None:
+        """Queue whole-block copies device -> pinned host after the work already queued on
+        the compute stream, in one kernel launch on the spill stream.
+
+        Everything is checked before anything is queued (``BadTransfer``): coordinates in
+        range, one copy per transfer ID per cache, no host block written twice in flight.
+        """
+        checked = self.checked_spills(pools, spills)
         if not checked:
             return
+        layout = pools.layout
         cupy = self._cupy
         produced = cupy.cuda.Event(block=False, disable_timing=True)
         produced.record(self.stream)

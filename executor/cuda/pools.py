@@ -2,7 +2,9 @@
 
 The host pool is page-locked and mapped into the device's address space, so the
 resolver reads missing rows straight from it (zero-copy) and the spill kernel writes
-straight into it; no staging buffer sits between the tiers.
+straight into it; no staging buffer sits between the tiers. Its memory comes from a
+``HostArena`` (``hostmem``): private pinned memory, or a region of one allocation that
+tensor-parallel ranks share.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.cuda.backend import load_cupy
+from hisparse.executor.cuda.hostmem import HostArena, HostBuffer, PinnedHostBuffer, PrivateHost
 from hisparse.executor.cuda.kernels import (
     CTRL_LAST_STEP,
     CTRL_WORDS,
@@ -27,47 +30,6 @@ from hisparse.executor.layout import PoolLayout
 
 ABSENT = 0x7FFFFFFF
 """``where`` entry of a position that is not hot (kernels.cu's ABSENT)."""
-
-_HOST_ALLOC_PORTABLE = 1  # cudaHostAllocPortable
-_HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
-
-
-class PinnedHostBuffer:
-    """Page-locked, device-mapped host bytes; freed when the last view goes away.
-
-    NumPy views keep this object alive through ``__array_interface__``, so a host view
-    handed to a caller can never outlive its memory.
-    """
-
-    def __init__(self, nbytes: int) -> None:
-        cupy = load_cupy()
-        self._runtime = cupy.cuda.runtime
-        self.nbytes = nbytes
-        self.ptr = int(self._runtime.hostAlloc(nbytes, _HOST_ALLOC_PORTABLE | _HOST_ALLOC_MAPPED))
-        # Under unified addressing this equals ptr; ask rather than assume.
-        self.device_ptr = int(self._runtime.pointerGetAttributes(self.ptr).devicePointer)
-        self.__array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (self.ptr, False),
-            "version": 3,
-        }
-
-    def __del__(self) -> None:
-        ptr, self.ptr = getattr(self, "ptr", 0), 0
-        if ptr:
-            self._runtime.freeHost(ptr)
-
-    def host_view(self, rows: int, row_bytes: int) -> NDArray[np.uint8]:
-        return np.asarray(self).reshape(rows, row_bytes)
-
-    def device_view(self, rows: int, row_bytes: int, dtype: Any = np.uint8) -> Any:
-        """The same bytes as a CuPy array, for kernels (UVA device pointer)."""
-        cupy = load_cupy()
-        mem = cupy.cuda.UnownedMemory(self.device_ptr, self.nbytes, self)
-        ptr = cupy.cuda.MemoryPointer(mem, 0)
-        return cupy.ndarray((rows, row_bytes), dtype=dtype, memptr=ptr)
-
 
 @dataclass(eq=False)
 class CudaPools:
@@ -94,12 +56,13 @@ class CudaPools:
     ctrl: Any
     """int64 [CTRL_WORDS]: the resolver's launch control (owner, last step, tickets,
     blocks done, refusals); the last block of a launch resets the tickets."""
-    pinned: PinnedHostBuffer
+    pinned: HostBuffer
+    """The host pool's memory: private pinned, or a region of a shared registration."""
     status: NDArray[np.int64] = field(default_factory=lambda: np.zeros(CTRL_WORDS, np.int64))
     """Refused resolver blocks per code, written by the device into mapped pinned memory
     (``status_device`` is the kernel's view): read without a sync or a copy."""
     status_device: Any = None
-    status_pinned: PinnedHostBuffer | None = None
+    status_pinned: HostBuffer | None = None
     refusals_seen: list[int] = field(default_factory=lambda: [0] * CTRL_WORDS)
     poisoned: bool = False
     """A conflict was reported: every launch refuses until ``CudaExecutor.recover``."""
@@ -127,12 +90,17 @@ class CudaPools:
             raise error
 
 
-def allocate_pools(layout: PoolLayout, shape: ResolverShape | None) -> CudaPools:
-    """Zeroed pools; ``shape`` None allocates a follower (no LRU state)."""
+def allocate_pools(
+    layout: PoolLayout, shape: ResolverShape | None, host_arena: HostArena | None = None
+) -> CudaPools:
+    """Zeroed pools; ``shape`` None allocates a follower (no LRU state). The host pool
+    comes from ``host_arena`` (default: private pinned memory of this process), the one
+    place that decides its backing; a shared arena's bytes are not zeroed here, since
+    another rank may already have written them (a new shared file reads as zeros)."""
     cupy = load_cupy()
-    pinned = PinnedHostBuffer(layout.host_rows * layout.row_bytes)
+    arena = host_arena if host_arena is not None else PrivateHost()
+    pinned = arena.take(layout.host_rows * layout.row_bytes)
     host = pinned.host_view(layout.host_rows, layout.row_bytes)
-    host[...] = 0
     slots = layout.slots if shape is not None else 0
     positions = shape.max_positions if shape is not None else 0
     order = cupy.tile(cupy.arange(layout.hot_rows, dtype=cupy.int32), (slots, 1))

@@ -185,6 +185,28 @@ def _churn(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+# -- tensor-parallel ranks (GPUs) -----------------------------------------------------
+
+
+def _tp_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=positive_int, default=2, help="ranks (one GPU each)")
+    p.add_argument("--transport", choices=("torch", "pipe"), default="torch",
+                   help="rendezvous: torch.distributed (gloo) or multiprocessing pipes")
+
+
+def _tp(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import tp
+
+    doc = tp.run(ranks=args.ranks, transport=args.transport)
+    print(doc["environment"])
+    for line in tp.lines(doc):
+        print(line)
+    bad = {name: r["mismatches"] for name, r in doc["runs"].items() if r["mismatches"]}
+    if bad:
+        raise BenchFailed(f"resolved rows differ from the oracle: {bad}")
+    return doc
+
+
 TARGETS: dict[str, BenchTarget] = {
     "protocol": BenchTarget("per-action cost of the protocol machine", _protocol_args,
                             _protocol),
@@ -198,4 +220,6 @@ TARGETS: dict[str, BenchTarget] = {
                          _churn_args, _churn),
     "engine": BenchTarget("decode step time and KV HBM, HiSparse vs all-resident (NVIDIA GPU)",
                           _engine_args, _engine),
+    "tp": BenchTarget("tensor-parallel ranks, private vs shared host backing (NVIDIA GPUs)",
+                      _tp_args, _tp),
 }
