@@ -365,6 +365,9 @@ def _register_simulate(sub: SubParsers) -> None:
     r = p.add_argument_group("run and output")
     r.add_argument("--executor", choices=EXECUTORS, default=d.executor,
                    help="reference (NumPy, runs anywhere) or cuda (CuPy, NVIDIA GPU)")
+    r.add_argument("--worker-processes", action="store_true",
+                   help="run each worker in its own process: connector metadata, acks and "
+                   "decode results cross a pipe as bytes (same report and trace)")
     r.add_argument("--no-check", action="store_true",
                    help="skip the invariant checks after every protocol action (faster)")
     r.add_argument("--json", type=out_path, metavar="PATH",
@@ -405,7 +408,7 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
         layers=args.layers, concurrency=args.max_running, num_speculative_tokens=args.speculative,
         executor=args.executor, check=not args.no_check, trace=args.trace,
-        worker_restarts=args.worker_restarts,
+        worker_restarts=args.worker_restarts, worker_processes=args.worker_processes,
     )
 
 

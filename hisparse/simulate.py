@@ -26,7 +26,9 @@ from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
-from hisparse.worker import DecodeResult, HiSparseWorker
+from hisparse.spec.state import Loc
+from hisparse.worker import HiSparseWorker
+from hisparse.workerport import DecodeRows, LocalWorker, WorkerPort
 from hisparse.workload import (
     Arrival,
     MooncakeShape,
@@ -73,6 +75,9 @@ class SimulateOptions:
     check: bool = True
     trace: Path | None = None
     executor: str = "reference"  # or "cuda"
+    # run each worker in its own process (connector metadata, acks and decode results
+    # cross as bytes); the report and trace are the same as in-process
+    worker_processes: bool = False
 
     @property
     def host_block_bytes(self) -> int:
@@ -207,13 +212,9 @@ class Simulation:
             self.config, self.kv, gpu_blocks=opts.gpu_blocks,
             check=opts.check, record=opts.trace is not None,
         )
-        longest = max([opts.max_pages, *(len(a.page_keys) for a in self.arrivals)])
-        self.executor = make_executor(opts.executor, self.config, longest * opts.block_tokens)
-        self.worker = HiSparseWorker(
-            self.config, self.executor, gpu_blocks=opts.gpu_blocks, slots=opts.concurrency
-        )
+        self.layout = self.config.pool_layout(opts.gpu_blocks, opts.concurrency)
         self.sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
-        self.wconn = HiSparseConnector(KVConnectorRole.WORKER, worker=self.worker)
+        self.ports: list[WorkerPort] = self._start_workers()
         self.metrics = metrics
         self.keys: dict[str, int] = {}
         self.pages: dict[str, NDArray[np.int64]] = {}  # request -> key id of each page
@@ -228,6 +229,44 @@ class Simulation:
         self._losses = self._loss_steps()
         # its own generator, so a run without losses draws exactly as before
         self._loss_rng = random.Random(f"worker-loss-{opts.seed}")
+
+    def _start_workers(self) -> list[WorkerPort]:
+        """One worker port per rank: in this process, or each in its own."""
+        o = self.o
+        longest = max([o.max_pages, *(len(a.page_keys) for a in self.arrivals)])
+        positions = longest * o.block_tokens
+        if not o.worker_processes:
+            executor = make_executor(o.executor, self.config, positions)
+            return [LocalWorker(0, self.config, executor, gpu_blocks=o.gpu_blocks,
+                                slots=o.concurrency)]
+        from hisparse.workerproc import ProcessWorker
+
+        return [ProcessWorker(0, self.config, gpu_blocks=o.gpu_blocks, slots=o.concurrency,
+                              executor=o.executor, max_positions=positions)]
+
+    def close(self) -> None:
+        """Stop the worker processes (if any); idempotent."""
+        for port in self.ports:
+            port.close()
+
+    def local(self, rank: int = 0) -> LocalWorker:
+        """Rank ``rank``'s in-process worker (tests reach into its pools)."""
+        port = self.ports[rank]
+        if not isinstance(port, LocalWorker):
+            raise RuntimeError(f"rank {rank}'s worker runs in another process")
+        return port
+
+    @property
+    def worker(self) -> HiSparseWorker:
+        return self.local().worker
+
+    @property
+    def executor(self) -> Executor[Any]:
+        return self.local().executor
+
+    @property
+    def wconn(self) -> HiSparseConnector:
+        return self.local().conn
 
     def _loss_steps(self) -> set[int]:
         """The steps at which the worker is lost: seeded, spread over the arrivals."""
@@ -301,23 +340,34 @@ class Simulation:
         rand = [rng.randrange(n) for _ in range(k - len(tail) - len(cluster))]
         return np.array(tail + cluster + rand, dtype=np.int32)  # duplicates allowed
 
-    def _prefill(self, r: str) -> None:
+    def _admit_workers(self, r: str, table: list[Loc]) -> None:
+        """Every rank binds the admitted table; its GPU-resident pages are prefilled."""
+        for port in self.ports:
+            port.admit(r, table)
+        self._prefill(r, table)
+
+    def _prefill(self, r: str, table: list[Loc]) -> None:
         """Write the request's GPU-resident pages into every layer's resident rows."""
         b = self.o.block_tokens
-        gpu = [(i, w[1]) for i, w in enumerate(self.worker.tables.tables[r]) if w[0] == "gpu"]
+        gpu = [(i, w[1]) for i, w in enumerate(table) if w[0] == "gpu"]
         if not gpu:
             return
         pages = np.array([i for i, _ in gpu], np.int64)
         blocks = np.array([g for _, g in gpu], np.int64)
         offs = np.tile(np.arange(b, dtype=np.int64), len(gpu))
-        spec = self.worker.layout
+        spec = self.layout
         rows = np.array([spec.resident_row(int(g), o) for g in blocks for o in range(b)])
         keys = np.repeat(self.pages[r][pages], b)
-        for h in self.worker.handles:
-            data = rows_of(keys, h.layer, offs, self.o.row_bytes)
-            self.executor.write_device_rows(h.runtime.pools, rows, data)
+        data = np.stack([rows_of(keys, layer, offs, self.o.row_bytes)
+                         for layer in range(self.o.layers)])
+        for port in self.ports:
+            port.write_rows(rows, data)
 
-    def _verify(self, result: DecodeResult, topk: dict[str, NDArray[np.int32]]) -> None:
+    def _release_workers(self, r: str) -> None:
+        for port in self.ports:
+            port.release(r)
+
+    def _verify(self, result: DecodeRows, topk: dict[str, NDArray[np.int32]]) -> None:
         """Every resolved row holds the bytes written for its position (reads back)."""
         b = self.o.block_tokens
         entries = [(r, t) for r, ts in topk.items() for t in np.atleast_2d(ts)]
@@ -326,12 +376,7 @@ class Simulation:
         page = np.where(valid, pos // b, 0)
         keys = np.stack([self.pages[r][page[e]] for e, (r, _) in enumerate(entries)])
         offs = np.where(valid, pos % b, 0)
-        on_host = result.results_on_host
-        for layer in result.rows:
-            got = on_host[self.config.leaders[layer]].rows
-            pools = self.worker.handles[layer].runtime.pools
-            flat = np.asarray(got).reshape(-1).astype(np.int64)
-            seen = self.executor.read_device_rows(pools, np.where(flat >= 0, flat, 0))
+        for layer, seen in result.seen.items():
             want = rows_of(keys.reshape(-1), layer, offs.reshape(-1), self.o.row_bytes)
             bad = ~np.all(seen.reshape(want.shape) == want, axis=1) & valid.reshape(-1)
             self.report.data_mismatches += int(bad.sum())
@@ -343,12 +388,12 @@ class Simulation:
         for r in list(self.running):
             if self.rng.random() < o.abort_rate:
                 c.abort(r)
-                self.worker.release(r)
+                self._release_workers(r)
                 del self.running[r]
                 rep.aborted += 1
             elif self.running[r] <= 0:
                 c.finish(r)
-                self.worker.release(r)
+                self._release_workers(r)
                 del self.running[r]
                 rep.finished += 1
         for r in list(self.pending):
@@ -365,13 +410,12 @@ class Simulation:
             rep.pages_admitted += len(adm.table)
             if self.metrics is not None:
                 self.metrics.on_admission(adm, self._t)
-            self.worker.admit(r, adm.table)
-            self._prefill(r)
+            self._admit_workers(r, list(adm.table))
             self.running[r] = self.decode_steps[r]
 
     def step(self, t: int) -> None:
         self._t = t
-        rep, before_spills, before_d2h = self.report, self.coordinator.spills, self.worker.d2h_bytes
+        rep, before_spills, before_d2h = self.report, self.coordinator.spills, self._d2h_bytes()
         self._schedule()
         meta = self.sched.build_connector_meta()
         if t in self._losses and self._loss_rng.random() < 0.5:
@@ -383,22 +427,19 @@ class Simulation:
         topk = {r: self._topk(r) for r in self.running}
         hits = (0, 0, 0, 0)
         if topk:
-            leaders = {lead: topk for lead in set(self.config.leaders)}
-            result = self.worker.decode(leaders, step=t + 1)
+            result = self.ports[0].decode(topk, step=t + 1)
             if self.metrics is not None:
                 self.metrics.on_decode(result)
             hits = (result.resident_hits, result.hot_hits, result.misses, result.h2d_bytes)
             self._verify(result, topk)
             for r in topk:
                 self.running[r] -= 1
-        if self.executor.queued():  # the stream completes copies late and in batches
-            self.executor.release(self.rng.randint(0, len(self.executor.queued())))
+        port = self.ports[0]
+        queued = port.queued()
+        if queued:  # the stream completes copies late and in batches
+            port.land(self.rng.randint(0, queued))
         if self.rng.random() < 0.7:  # acks are sometimes held back a step or more
-            wmeta = self.wconn.get_worker_meta()
-            if wmeta is not None:
-                if self.metrics is not None:
-                    self.metrics.on_worker_meta(wmeta, t)
-                self.sched.update_connector_output(WORKER_META.dump_json(wmeta))
+            self._deliver(port, t)
         if self.metrics is not None:
             self.metrics.on_step(self.coordinator)
         rep.resident_hits += hits[0]
@@ -409,25 +450,40 @@ class Simulation:
         row = (
             len(self.running), len(self.pending), self.o.gpu_blocks - self.kv.num_free,
             self.coordinator.state.host_used, self.coordinator.spills - before_spills,
-            *hits[:3], hits[3], self.worker.d2h_bytes - before_d2h, len(topk),
+            *hits[:3], hits[3], self._d2h_bytes() - before_d2h, len(topk),
         )
         for name, value in zip(SERIES, row, strict=True):
             rep.series[name].append(int(value))
+
+    def _d2h_bytes(self) -> int:
+        return sum(port.d2h_bytes() for port in self.ports)
+
+    def _deliver(self, port: WorkerPort, t: int) -> None:
+        """The rank's acks since its last meta, up to the coordinator (as bytes)."""
+        raw = port.take_meta()
+        if raw is not None:
+            if self.metrics is not None:
+                self.metrics.on_worker_meta(WORKER_META.validate_json(raw), t)
+            self.sched.update_connector_output(raw)
 
     def _bind(self, meta: HiSparseConnectorMetadata | None, t: int) -> None:
         if meta is not None:  # over the process boundary as bytes, validated once
             if self.metrics is not None:
                 self.metrics.on_connector_meta(meta, t)
-            self.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+            raw = CONNECTOR_METADATA.dump_json(meta)
+            for port in self.ports:
+                port.bind(raw)
 
     def _lose_worker(self, t: int) -> None:
         """The worker restarts before this step's decode (public API only): its
         unreported acks are gone, the coordinator recovers from what the stream still
         copies, and the re-sent block-table entries reach the worker before it reads."""
-        if self.executor.queued():  # some copies land before the loss, some after
-            self.executor.release(self._loss_rng.randint(0, len(self.executor.queued())))
+        port = self.ports[0]
+        queued = port.queued()
+        if queued:  # some copies land before the loss, some after
+            port.land(self._loss_rng.randint(0, queued))
         self.report.open_at_loss += len(self.coordinator.state.open_spills)
-        busy = self.wconn.restart_worker()
+        busy = port.restart()
         self.sched.on_worker_lost(busy)
         self.report.worker_restarts += 1
         self._bind(self.sched.build_connector_meta(), t)
@@ -436,7 +492,7 @@ class Simulation:
         """End of run: stop what still runs or waits and let every copy and ack arrive."""
         for r in list(self.running):
             self.coordinator.finish(r)
-            self.worker.release(r)
+            self._release_workers(r)
             del self.running[r]
             self.report.still_running += 1
         for r in self.pending:
@@ -444,17 +500,11 @@ class Simulation:
             self.report.never_admitted += 1
         self.pending.clear()
         for _ in range(3):  # send what is left, land every copy, deliver every ack
-            meta = self.sched.build_connector_meta()
-            if meta is not None:
-                if self.metrics is not None:
-                    self.metrics.on_connector_meta(meta, self._t)
-                self.wconn.bind_connector_metadata(meta)
-            self.executor.release()
-            wmeta = self.wconn.get_worker_meta()
-            if wmeta is not None:
-                if self.metrics is not None:
-                    self.metrics.on_worker_meta(wmeta, self._t)
-                self.sched.update_connector_output(wmeta)
+            self._bind(self.sched.build_connector_meta(), self._t)
+            for port in self.ports:
+                port.land(None)
+            for port in self.ports:
+                self._deliver(port, self._t)
         if self.metrics is not None:
             self.metrics.on_step(self.coordinator)
             self.metrics.flush()
@@ -469,26 +519,28 @@ class Simulation:
 
             steps = tqdm(steps, desc="simulate", unit="step", leave=False)
         nxt = 0
+        rep = self.report
         try:
-            for t in steps:
-                while nxt < len(self.arrivals) and self.arrivals[nxt].step <= t:
-                    self._arrive(self.arrivals[nxt])
-                    nxt += 1
-                self.step(t)
-                self.report.steps += 1
-                if self._done(nxt):
-                    break
-            self.report.not_arrived = len(self.arrivals) - nxt  # due after the last step
-            self.drain()
-        except InvariantViolation as exc:
-            self.report.violations += 1
-            self.report.notes.append(str(exc))
-        finally:
+            try:
+                for t in steps:
+                    while nxt < len(self.arrivals) and self.arrivals[nxt].step <= t:
+                        self._arrive(self.arrivals[nxt])
+                        nxt += 1
+                    self.step(t)
+                    rep.steps += 1
+                    if self._done(nxt):
+                        break
+                rep.not_arrived = len(self.arrivals) - nxt  # due after the last step
+                self.drain()
+            except InvariantViolation as exc:
+                rep.violations += 1
+                rep.notes.append(str(exc))
+            rep.d2h_bytes = self._d2h_bytes()
+        finally:  # worker processes stop whatever happened
             if progress:
                 steps.close()
-        rep = self.report
+            self.close()
         rep.spills = self.coordinator.spills
-        rep.d2h_bytes = self.worker.d2h_bytes
         rep.invariant_checks = self.coordinator.machine.invariant_checks
         rep.notes += coverage_notes(rep)
         if self.o.trace is not None:

@@ -89,3 +89,24 @@ def test_simulate_worker_restarts_trace_accepted(tmp_path: Path) -> None:
     steps = [json.loads(line) for line in (tmp_path / "loss.jsonl").read_text().splitlines()]
     assert any(s.get("action") == "WorkerLoss" for s in steps)
     assert main(["check", "--trace", str(tmp_path / "loss.jsonl")]) == 0
+
+
+def test_worker_processes_give_the_same_report_and_trace(tmp_path: Path) -> None:
+    """The worker in its own process (everything crossing as bytes) changes nothing:
+    the same seed gives the same JSON report and the same protocol trace, with worker
+    restarts, lost metadata and speculative steps in the run."""
+    from hisparse.simulate import report_json
+
+    docs, traces = [], []
+    for procs in (False, True):
+        trace = tmp_path / f"procs-{procs}.jsonl"
+        opts = SimulateOptions(requests=16, steps=120, seed=2, worker_restarts=3,
+                               num_speculative_tokens=1, trace=trace, worker_processes=procs)
+        rep = simulate(opts)
+        assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
+        assert rep.spills > 0 and rep.misses > 0 and rep.worker_restarts == 3
+        assert rep.metas_lost > 0 and rep.open_at_loss > 0
+        docs.append(report_json(rep))
+        traces.append(trace.read_bytes())
+    assert docs[0] == docs[1]
+    assert traces[0] == traces[1]

@@ -239,9 +239,8 @@ class SystemStateful(RuleBasedStateMachine):
         topk = {r: self.sim._topk(r) for r in self.sim.running}
         if topk:
             self.t += 1
-            leaders = {lead: topk for lead in set(self.sim.config.leaders)}
             before = self.sim.report.data_mismatches
-            result = self.sim.worker.decode(leaders, step=self.t)
+            result = self.sim.ports[0].decode(topk, step=self.t)
             self.sim._verify(result, topk)
             assert self.sim.report.data_mismatches == before, "resolver returned wrong bytes"
 
