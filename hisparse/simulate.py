@@ -24,6 +24,7 @@ from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
+from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
 from hisparse.spec.state import Loc
@@ -78,6 +79,11 @@ class SimulateOptions:
     # run each worker in its own process (connector metadata, acks and decode results
     # cross as bytes); the report and trace are the same as in-process
     worker_processes: bool = False
+    # tensor-parallel ranks: one worker each, the same commands to every rank, every
+    # rank's acks to the coordinator, every rank's rows checked; "shared" backing: one
+    # host allocation that only rank 0 (the writer) copies into
+    tp: int = 1
+    backing: str = "private"  # or "shared"
 
     @property
     def host_block_bytes(self) -> int:
@@ -85,6 +91,8 @@ class SimulateOptions:
 
 
 EXECUTORS = ("reference", "cuda")
+BACKINGS = ("private", "shared")
+WRITER = 0  # with the shared backing, the rank that copies
 
 
 def make_executor(name: str, config: HiSparseConfig, max_positions: int) -> Executor[Any]:
@@ -206,6 +214,7 @@ class Simulation:
             num_speculative_tokens=opts.num_speculative_tokens,
             layers=opts.layers,
             index_leaders=leaders,
+            **self._tp_fields(),
         )
         self.kv = BlockPool(opts.gpu_blocks)
         self.coordinator = HiSparseCoordinator(
@@ -214,7 +223,17 @@ class Simulation:
         )
         self.layout = self.config.pool_layout(opts.gpu_blocks, opts.concurrency)
         self.sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
-        self.ports: list[WorkerPort] = self._start_workers()
+        self.shared: SharedHostPool | None = None
+        self.ports: list[WorkerPort] = []
+        try:
+            self._start_workers()
+        except BaseException:
+            self.close()
+            raise
+        # rank 0 draws from the run's generator (one rank draws as before), others their own
+        self._rank_rng = [self.rng] + [
+            random.Random(f"rank-{r}-{opts.seed}") for r in range(1, opts.tp)
+        ]
         self.metrics = metrics
         self.keys: dict[str, int] = {}
         self.pages: dict[str, NDArray[np.int64]] = {}  # request -> key id of each page
@@ -230,24 +249,56 @@ class Simulation:
         # its own generator, so a run without losses draws exactly as before
         self._loss_rng = random.Random(f"worker-loss-{opts.seed}")
 
-    def _start_workers(self) -> list[WorkerPort]:
+    def _tp_fields(self) -> dict[str, Any]:
+        """The config's rank fields; none for one private rank (the config as before)."""
+        o = self.o
+        if o.tp < 1:
+            raise ValueError(f"tp must be at least 1, got {o.tp}")
+        if o.backing not in BACKINGS:
+            raise ValueError(f"unknown backing {o.backing!r}; choose one of {', '.join(BACKINGS)}")
+        if o.backing == "shared" and o.executor != "reference":
+            raise ValueError("the shared backing runs on the reference executor only")
+        if o.tp == 1 and o.backing == "private":
+            return {}
+        return {"tp_ranks": o.tp, "backing": o.backing}
+
+    def _start_workers(self) -> None:
         """One worker port per rank: in this process, or each in its own."""
         o = self.o
         longest = max([o.max_pages, *(len(a.page_keys) for a in self.arrivals)])
         positions = longest * o.block_tokens
-        if not o.worker_processes:
-            executor = make_executor(o.executor, self.config, positions)
-            return [LocalWorker(0, self.config, executor, gpu_blocks=o.gpu_blocks,
-                                slots=o.concurrency)]
-        from hisparse.workerproc import ProcessWorker
+        if o.backing == "shared":
+            self.shared = SharedHostPool(self.layout, o.layers)
+        for rank in range(o.tp):
+            port: WorkerPort
+            if o.worker_processes:
+                from hisparse.workerproc import ProcessWorker
 
-        return [ProcessWorker(0, self.config, gpu_blocks=o.gpu_blocks, slots=o.concurrency,
-                              executor=o.executor, max_positions=positions)]
+                port = ProcessWorker(
+                    rank, self.config, gpu_blocks=o.gpu_blocks, slots=o.concurrency,
+                    executor=o.executor, max_positions=positions,
+                    shared=None if self.shared is None else self.shared.name,
+                    writer=rank == WRITER,
+                )
+            else:
+                executor = (make_executor(o.executor, self.config, positions)
+                            if self.shared is None
+                            else SharedHostExecutor(self.shared, writer=rank == WRITER))
+                port = LocalWorker(rank, self.config, executor, gpu_blocks=o.gpu_blocks,
+                                   slots=o.concurrency)
+            self.ports.append(port)
 
     def close(self) -> None:
-        """Stop the worker processes (if any); idempotent."""
+        """Stop the worker processes (if any) and free the shared pool; idempotent."""
         for port in self.ports:
             port.close()
+        if self.shared is not None:
+            self.shared.close()
+
+    @property
+    def copiers(self) -> list[WorkerPort]:
+        """The ranks that copy device -> host (the writer alone with a shared pool)."""
+        return [self.ports[WRITER]] if self.shared is not None else self.ports
 
     def local(self, rank: int = 0) -> LocalWorker:
         """Rank ``rank``'s in-process worker (tests reach into its pools)."""
@@ -290,6 +341,7 @@ class Simulation:
             "layers": o.layers, "index_leaders": list(c.leaders), "max_running": o.concurrency,
             "hot_rows": c.hot, "speculative": o.num_speculative_tokens, "executor": o.executor,
             "seed": o.seed, "abort_rate": o.abort_rate, "check": o.check,
+            **({"tp_ranks": o.tp, "backing": o.backing} if self._tp_fields() else {}),
             **({"worker_restarts": o.worker_restarts} if o.worker_restarts else {}),
         }
 
@@ -427,19 +479,22 @@ class Simulation:
         topk = {r: self._topk(r) for r in self.running}
         hits = (0, 0, 0, 0)
         if topk:
-            result = self.ports[0].decode(topk, step=t + 1)
-            if self.metrics is not None:
-                self.metrics.on_decode(result)
-            hits = (result.resident_hits, result.hot_hits, result.misses, result.h2d_bytes)
-            self._verify(result, topk)
+            for port in self.ports:  # every rank resolves the same top-K
+                result = self._decode(port, topk, t + 1)
+                self._verify(result, topk)
+                if port.rank == 0:  # the replica's figures: rank 0's
+                    if self.metrics is not None:
+                        self.metrics.on_decode(result)
+                    hits = (result.resident_hits, result.hot_hits, result.misses,
+                            result.h2d_bytes)
             for r in topk:
                 self.running[r] -= 1
-        port = self.ports[0]
-        queued = port.queued()
-        if queued:  # the stream completes copies late and in batches
-            port.land(self.rng.randint(0, queued))
-        if self.rng.random() < 0.7:  # acks are sometimes held back a step or more
-            self._deliver(port, t)
+        for port, rng in zip(self.ports, self._rank_rng, strict=True):
+            queued = len(port.queued())
+            if queued:  # the stream completes copies late and in batches
+                port.land(rng.randint(0, queued))
+            if rng.random() < 0.7:  # acks are sometimes held back a step or more
+                self._deliver(port, t)
         if self.metrics is not None:
             self.metrics.on_step(self.coordinator)
         rep.resident_hits += hits[0]
@@ -455,8 +510,26 @@ class Simulation:
         for name, value in zip(SERIES, row, strict=True):
             rep.series[name].append(int(value))
 
+    def _decode(self, port: WorkerPort, topk: dict[str, NDArray[np.int32]], step: int
+                ) -> DecodeRows:
+        """One rank's decode; a reader of the shared pool first lets the writer's
+        copies it waits on land (its stream waits on their events)."""
+        result = port.decode(topk, step=step)
+        if result.waits_on:
+            writer = self.ports[WRITER]
+            queued = writer.queued()
+            last = max(result.waits_on)
+            if last not in queued:
+                raise RuntimeError(f"rank {port.rank} waits on copy {last}, which the "
+                                   "writer does not run")
+            writer.land(queued.index(last) + 1)
+            result = port.decode(topk, step=step)
+            if result.waits_on:
+                raise RuntimeError(f"rank {port.rank} still waits on {result.waits_on}")
+        return result
+
     def _d2h_bytes(self) -> int:
-        return sum(port.d2h_bytes() for port in self.ports)
+        return sum(port.d2h_bytes() for port in self.copiers)
 
     def _deliver(self, port: WorkerPort, t: int) -> None:
         """The rank's acks since its last meta, up to the coordinator (as bytes)."""
@@ -466,25 +539,33 @@ class Simulation:
                 self.metrics.on_worker_meta(WORKER_META.validate_json(raw), t)
             self.sched.update_connector_output(raw)
 
+    def _worker_lost(self, rank: int, busy: tuple[int, ...]) -> None:
+        if self.o.tp == 1 and self.shared is None:
+            self.sched.on_worker_lost(busy)  # the single-worker call, as before
+        else:
+            self.sched.on_worker_lost(busy, rank=rank)  # type: ignore[call-arg]
+
     def _bind(self, meta: HiSparseConnectorMetadata | None, t: int) -> None:
         if meta is not None:  # over the process boundary as bytes, validated once
             if self.metrics is not None:
                 self.metrics.on_connector_meta(meta, t)
             raw = CONNECTOR_METADATA.dump_json(meta)
-            for port in self.ports:
+            for port in self.ports:  # rank order: the writer (rank 0) takes it first
                 port.bind(raw)
 
     def _lose_worker(self, t: int) -> None:
-        """The worker restarts before this step's decode (public API only): its
-        unreported acks are gone, the coordinator recovers from what the stream still
-        copies, and the re-sent block-table entries reach the worker before it reads."""
-        port = self.ports[0]
-        queued = port.queued()
+        """A worker restarts before this step's decode (public API only): its
+        unreported acks are gone, the coordinator recovers from what its stream still
+        copies, and the re-sent block-table entries reach the worker before it reads.
+        With several ranks a seeded one is lost."""
+        port = self.ports[self._loss_rng.randrange(len(self.ports))] if self.o.tp > 1 \
+            else self.ports[0]
+        queued = len(port.queued())
         if queued:  # some copies land before the loss, some after
             port.land(self._loss_rng.randint(0, queued))
         self.report.open_at_loss += len(self.coordinator.state.open_spills)
         busy = port.restart()
-        self.sched.on_worker_lost(busy)
+        self._worker_lost(port.rank, busy)
         self.report.worker_restarts += 1
         self._bind(self.sched.build_connector_meta(), t)
 

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.executor.base import Executor
+from hisparse.sharedpool import SharedHostExecutor
 from hisparse.spec.messages import WORKER_META
 from hisparse.spec.state import Loc, RequestId
 from hisparse.worker import HiSparseWorker
@@ -36,6 +37,9 @@ class DecodeRows:
     misses: int
     h2d_bytes: int
     seen: dict[int, NDArray[np.uint8]]
+    # a reader rank of a shared host pool that decoded nothing: its reads wait on
+    # these writer copies first (the driver lands them, then asks again)
+    waits_on: tuple[int, ...] = ()
 
 
 class WorkerPort(Protocol):
@@ -58,8 +62,8 @@ class WorkerPort(Protocol):
     def decode(self, topk: Mapping[RequestId, NDArray[np.int32]], step: int) -> DecodeRows:
         """Resolve every leader's top-K (the same for each) and read the rows back."""
 
-    def queued(self) -> int:
-        """Spill copies the stream has not finished."""
+    def queued(self) -> tuple[int, ...]:
+        """Transfer IDs of the spill copies the stream has not finished, oldest first."""
 
     def land(self, count: int | None) -> None:
         """Let the ``count`` oldest queued copies finish (all when None)."""
@@ -113,6 +117,11 @@ class LocalWorker:
         self.conn.bind_connector_metadata(raw)
 
     def decode(self, topk: Mapping[RequestId, NDArray[np.int32]], step: int) -> DecodeRows:
+        if isinstance(self.executor, SharedHostExecutor) and not self.executor.writer:
+            b = self.config.block_tokens
+            host = self.worker.batch(topk, step).host_row
+            if waits := self.executor.pending(np.unique(host[host >= 0] // b).tolist()):
+                return DecodeRows(0, 0, 0, 0, {}, tuple(sorted(set(waits))))
         leaders = self.config.leaders
         result = self.worker.decode({lead: topk for lead in set(leaders)}, step=step)
         on_host = result.results_on_host
@@ -125,8 +134,8 @@ class LocalWorker:
             result.resident_hits, result.hot_hits, result.misses, result.h2d_bytes, seen
         )
 
-    def queued(self) -> int:
-        return len(self.executor.queued())
+    def queued(self) -> tuple[int, ...]:
+        return tuple(self.executor.queued())
 
     def land(self, count: int | None) -> None:
         self.executor.release(count)

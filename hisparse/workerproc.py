@@ -22,7 +22,9 @@ from numpy.typing import NDArray
 
 from hisparse.config import HiSparseConfig
 from hisparse.connector import MalformedMetadata
+from hisparse.executor.base import Executor
 from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
+from hisparse.sharedpool import ReadBeforeWriterEvent, SharedHostExecutor, SharedHostPool
 from hisparse.spec.state import Loc, RequestId
 from hisparse.worker import WorkerError
 from hisparse.workerport import DecodeRows, LocalWorker
@@ -33,7 +35,7 @@ ANSWER_TIMEOUT_S = 120.0  # a step's call takes milliseconds; starting takes sec
 _SAME_TYPE: dict[str, type[Exception]] = {
     cls.__name__: cls
     for cls in (WorkerError, MalformedMetadata, BadTransfer, BadBatch, BadPlan, BadHostRead,
-                FrameError, ValueError)
+                ReadBeforeWriterEvent, FrameError, ValueError)
 }
 
 
@@ -75,7 +77,14 @@ def _start(frame: Frame) -> LocalWorker:
 
     h = frame.head
     config = HiSparseConfig.model_validate_json(frame.arrays[0].tobytes())
-    executor = make_executor(h["executor"], config, h["max_positions"])
+    executor: Executor[Any]
+    if h["shared"] is None:
+        executor = make_executor(h["executor"], config, h["max_positions"])
+    else:  # the parent's allocation, mapped here (the parent frees it)
+        pool = SharedHostPool(config.pool_layout(h["gpu_blocks"], h["slots"]), config.layers,
+                              name=h["shared"])
+        executor = SharedHostExecutor(pool, writer=h["writer"],
+                                      skip_writer_wait=h["skip_writer_wait"])
     return LocalWorker(h["rank"], config, executor, gpu_blocks=h["gpu_blocks"], slots=h["slots"])
 
 
@@ -94,9 +103,10 @@ def _answer(port: LocalWorker, f: Frame) -> bytes:
         layers = sorted(rows.seen)
         counts = {"resident_hits": rows.resident_hits, "hot_hits": rows.hot_hits,
                   "misses": rows.misses, "h2d_bytes": rows.h2d_bytes, "layers": layers}
+        counts["waits_on"] = list(rows.waits_on)
         return pack("ok", counts, [rows.seen[layer] for layer in layers])
     elif f.op == "queued":
-        return pack("ok", {"queued": port.queued()})
+        return pack("ok", {"queued": list(port.queued())})
     elif f.op == "land":
         port.land(h["count"])
     elif f.op == "take_meta":
@@ -145,8 +155,14 @@ class ProcessWorker:
         slots: int,
         executor: str,
         max_positions: int,
+        shared: str | None = None,
+        writer: bool = True,
+        skip_writer_wait: bool = False,
         timeout_s: float = ANSWER_TIMEOUT_S,
     ) -> None:
+        """``shared``: the name of the ``SharedHostPool`` this rank maps (None: its own
+        host pools); ``writer``: whether it copies into it; ``skip_writer_wait``: an
+        injected bug for tests (a reader that does not wait on the writer's events)."""
         self.rank = rank
         self.timeout_s = timeout_s
         ctx = multiprocessing.get_context("spawn")
@@ -158,7 +174,8 @@ class ProcessWorker:
         child.close()
         self._stopper = weakref.finalize(self, _stop, self._proc, self._conn)
         head = {"rank": rank, "gpu_blocks": gpu_blocks, "slots": slots,
-                "executor": executor, "max_positions": max_positions}
+                "executor": executor, "max_positions": max_positions, "shared": shared,
+                "writer": writer, "skip_writer_wait": skip_writer_wait}
         try:
             self._call("hello", head, [blob(config.model_dump_json().encode())])
         except BaseException:
@@ -225,10 +242,11 @@ class ProcessWorker:
                             [np.asarray(topk[r], np.int32) for r in names])
         h = answer.head
         seen = dict(zip(h["layers"], answer.arrays, strict=True))
-        return DecodeRows(h["resident_hits"], h["hot_hits"], h["misses"], h["h2d_bytes"], seen)
+        return DecodeRows(h["resident_hits"], h["hot_hits"], h["misses"], h["h2d_bytes"], seen,
+                          tuple(h["waits_on"]))
 
-    def queued(self) -> int:
-        return int(self._call("queued").head["queued"])
+    def queued(self) -> tuple[int, ...]:
+        return tuple(int(t) for t in self._call("queued").head["queued"])
 
     def land(self, count: int | None) -> None:
         self._call("land", {"count": count})

@@ -59,9 +59,9 @@ def test_a_worker_process_answers_as_bytes_and_refuses_typed() -> None:
             w.bind(b"{")
         with pytest.raises(WorkerError, match="out-of-range"):
             w.bind(_meta(0, 9, 0))
-        assert w.queued() == 0 and w.d2h_bytes() == 0  # the refusals changed nothing
+        assert w.queued() == () and w.d2h_bytes() == 0  # the refusals changed nothing
         w.bind(_meta(0, 0, 1))
-        assert w.queued() == 1 and w.d2h_bytes() == 4 * 16
+        assert w.queued() == (0,) and w.d2h_bytes() == 4 * 16
         first = w.take_meta()
         assert first is not None and WORKER_META.validate_json(first).enqueued == (0,)
         w.land(None)
