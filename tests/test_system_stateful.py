@@ -31,7 +31,6 @@ from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
-    WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
     SparseKVPageTransfer,
@@ -86,17 +85,17 @@ def coordinator_problems(c: HiSparseCoordinator) -> list[str]:
 
 
 def snapshot(sim: Simulation) -> Any:
-    """Everything a refused input must leave alone."""
-    w = sim.worker
-    pools = [sim.executor.snapshot(h.runtime.pools) for h in w.handles]
+    """Everything a refused input must leave alone (every rank's worker and pools)."""
+    ranks = [sim.local(r) for r in range(len(sim.ports))]
+    pools = [w.executor.snapshot(h.runtime.pools) for w in ranks for h in w.worker.handles]
     return (
         sim.coordinator.state.clone(),
         coordinator_tables(sim.coordinator),
         copy.deepcopy(sim.kv.__dict__),
-        copy.deepcopy(w.tables),
+        [copy.deepcopy(w.worker.tables) for w in ranks],
         [p["device"] for p in pools],
         [p["host"] for p in pools],
-        sim.executor.queued(),
+        [w.queued() for w in ranks],
     )
 
 
@@ -112,14 +111,20 @@ def same(a: Any, b: Any) -> bool:
 
 class SystemStateful(RuleBasedStateMachine):
     EXECUTOR = "reference"
+    TP, BACKING = 1, "private"
 
     def __init__(self) -> None:
         super().__init__()
-        self.sim = Simulation(replace(OPTS, executor=self.EXECUTOR))
+        self.sim = Simulation(replace(OPTS, executor=self.EXECUTOR, tp=self.TP,
+                                      backing=self.BACKING))
         self.n = 0
-        self.held: list[HiSparseWorkerMeta] = []
-        self.delivered: list[HiSparseWorkerMeta] = []
+        # per rank: worker metas taken but not yet delivered, and those delivered
+        self.held: list[list[bytes]] = [[] for _ in range(self.TP)]
+        self.delivered: list[list[bytes]] = [[] for _ in range(self.TP)]
         self.t = 0
+
+    def _rank(self, data: st.DataObject) -> int:
+        return data.draw(st.integers(0, self.TP - 1), label="rank") if self.TP > 1 else 0
 
     def _refused_or_done(self, call: Any, errors: tuple[type[Exception], ...]) -> bool:
         """Either accepted, or refused with a typed error and no change at all."""
@@ -184,25 +189,31 @@ class SystemStateful(RuleBasedStateMachine):
         c.abort(name)
         assert name not in c.state.req, "an aborted request that holds nothing retires"
 
-    @rule(drop_commands=st.booleans())
-    def lose_worker(self, drop_commands: bool) -> None:
-        """The worker restarts; held acks are lost, and maybe this step's commands."""
-        if drop_commands:
-            self.sim.sched.build_connector_meta()  # never reaches the worker
-        self.held.clear()
-        busy = self.sim.wconn.restart_worker()
-        self.sim.sched.on_worker_lost(busy)
+    @rule(drop_commands=st.booleans(), data=st.data())
+    def lose_worker(self, drop_commands: bool, data: st.DataObject) -> None:
+        """A rank's worker restarts; its held acks are lost, and maybe this step's
+        commands (to every rank: the engine step is lost)."""
+        self._lose(self._rank(data), drop_commands)
 
-    @rule(send=st.booleans(), land=st.integers(0, 2))
-    def spill_then_lose(self, send: bool, land: int) -> None:
+    def _lose(self, rank: int, drop_commands: bool) -> None:
+        if drop_commands:
+            self.sim.sched.build_connector_meta()  # never reaches the workers
+        self.held[rank].clear()
+        busy = self.sim.ports[rank].restart()
+        self.sim._worker_lost(rank, busy)
+
+    @rule(send=st.booleans(), land=st.integers(0, 2), data=st.data())
+    def spill_then_lose(self, send: bool, land: int, data: st.DataObject) -> None:
         """A loss with transfers in flight: sent or not, copying or landed."""
         c = self.sim.coordinator
         for page in c.spillable(2):
             c.spill(page)
         if send:
             self.send_commands()
-        self.sim.executor.release(min(land, len(self.sim.executor.queued())))
-        self.lose_worker(drop_commands=not send)
+        rank = self._rank(data)
+        port = self.sim.ports[rank]
+        port.land(min(land, len(port.queued())))
+        self._lose(rank, drop_commands=not send)
 
     @rule(data=st.data())
     def forged_loss_report(self, data: st.DataObject) -> None:
@@ -220,7 +231,7 @@ class SystemStateful(RuleBasedStateMachine):
         name = f"req{r}"
         if name in self.sim.running:
             self.sim.coordinator.abort(name)
-            self.sim.worker.release(name)
+            self.sim._release_workers(name)
             del self.sim.running[name]
         elif name in self.sim.pending:
             self.sim.coordinator.abort(name)
@@ -228,51 +239,62 @@ class SystemStateful(RuleBasedStateMachine):
 
     @rule()
     def send_commands(self) -> None:
+        """This step's commands, as bytes, to every rank (the writer first)."""
         meta = self.sim.sched.build_connector_meta()
         if meta is not None:
-            self.sim.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+            raw = CONNECTOR_METADATA.dump_json(meta)
+            for port in self.sim.ports:
+                port.bind(raw)
 
     @rule()
     def decode(self) -> None:
-        """Decode needs this step's commands applied first (as an engine step does)."""
+        """Decode needs this step's commands applied first (as an engine step does);
+        every rank resolves the same top-K and every rank's rows are checked."""
         self.send_commands()
         topk = {r: self.sim._topk(r) for r in self.sim.running}
         if topk:
             self.t += 1
             before = self.sim.report.data_mismatches
-            result = self.sim.ports[0].decode(topk, step=self.t)
-            self.sim._verify(result, topk)
-            assert self.sim.report.data_mismatches == before, "resolver returned wrong bytes"
+            for port in self.sim.ports:
+                self.sim._verify(self.sim._decode(port, topk, self.t), topk)
+                assert self.sim.report.data_mismatches == before, (
+                    f"rank {port.rank}'s resolver returned wrong bytes")
 
-    @rule(n=st.integers(0, 4))
-    def complete_copies(self, n: int) -> None:
-        self.sim.executor.release(min(n, len(self.sim.executor.queued())))
+    @rule(n=st.integers(0, 4), data=st.data())
+    def complete_copies(self, n: int, data: st.DataObject) -> None:
+        port = self.sim.ports[self._rank(data)]
+        port.land(min(n, len(port.queued())))
 
-    @rule()
-    def take_worker_meta(self) -> None:
-        meta = self.sim.wconn.get_worker_meta()
+    @rule(data=st.data())
+    def take_worker_meta(self, data: st.DataObject) -> None:
+        rank = self._rank(data)
+        meta = self.sim.ports[rank].take_meta()
         if meta is not None:
-            self.held.append(meta)
+            self.held[rank].append(meta)
 
     @rule(data=st.data())
     def deliver(self, data: st.DataObject) -> None:
-        """Deliver a held meta, possibly out of order; an early one may be refused."""
-        if not self.held:
+        """Deliver a rank's held meta, possibly out of order; an early one may be refused."""
+        rank = self._rank(data)
+        held = self.held[rank]
+        if not held:
             return
-        i = data.draw(st.integers(0, len(self.held) - 1))
+        i = data.draw(st.integers(0, len(held) - 1))
         before = snapshot(self.sim)
         try:
-            self.sim.sched.update_connector_output(WORKER_META.dump_json(self.held[i]))
+            self.sim.sched.update_connector_output(held[i])
         except UnknownTransfer:
             assert i > 0, "the oldest meta must always be accepted"
             assert same(before, snapshot(self.sim))
         else:
-            self.delivered.append(self.held.pop(i))
+            self.delivered[rank].append(held.pop(i))
 
     @rule(data=st.data())
     def duplicate(self, data: st.DataObject) -> None:
-        if self.delivered:
-            meta = data.draw(st.sampled_from(self.delivered))
+        """A rank's meta delivered again: refused whole, nothing changes."""
+        delivered = self.delivered[self._rank(data)]
+        if delivered:
+            meta = data.draw(st.sampled_from(delivered))
             self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownTransfer,))
 
     @rule(tid=st.integers(10_000, 20_000), done=st.booleans())
@@ -286,19 +308,21 @@ class SystemStateful(RuleBasedStateMachine):
         self._refused(lambda: self.sim.sched.update_connector_output(raw), (MalformedMetadata,))
 
     @rule(raw=st.sampled_from([b"[]", b'{"transfers": [{"transfer_id": -1}]}',
-                                b'{"replacements": [{"request_id": ""}]}']))
-    def malformed_connector_metadata(self, raw: bytes) -> None:
-        self._refused(lambda: self.sim.wconn.bind_connector_metadata(raw), (MalformedMetadata,))
+                                b'{"replacements": [{"request_id": ""}]}']), data=st.data())
+    def malformed_connector_metadata(self, raw: bytes, data: st.DataObject) -> None:
+        port = self.sim.ports[self._rank(data)]
+        self._refused(lambda: port.bind(raw), (MalformedMetadata,))
 
-    @rule(src=st.integers(0, 100), dst=st.integers(0, 100))
-    def out_of_range_transfer(self, src: int, dst: int) -> None:
+    @rule(src=st.integers(0, 100), dst=st.integers(0, 100), data=st.data())
+    def out_of_range_transfer(self, src: int, dst: int, data: st.DataObject) -> None:
         spec = self.sim.worker.layout
         if src < spec.gpu_blocks and dst < spec.host_blocks:
             return
         meta = HiSparseConnectorMetadata(
             transfers=(SparseKVPageTransfer(transfer_id=99_999, src_gpu_block=src, dst_host_block=dst),)
         )
-        self._refused(lambda: self.sim.wconn.bind_connector_metadata(meta), (WorkerError,))
+        port = self.sim.ports[self._rank(data)]
+        self._refused(lambda: port.bind(CONNECTOR_METADATA.dump_json(meta)), (WorkerError,))
 
     @invariant()
     def protocol_invariants(self) -> None:
@@ -313,8 +337,9 @@ class SystemStateful(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         sim = self.sim
-        for meta in self.held:  # deliver what was held back, oldest first
-            sim.sched.update_connector_output(meta)
+        for held in self.held:  # deliver what was held back, oldest first
+            for meta in held:
+                sim.sched.update_connector_output(meta)
         sim.drain()
         for name, check in PROPERTIES.items():
             assert check(sim.coordinator.state) == [], name
@@ -325,6 +350,7 @@ class SystemStateful(RuleBasedStateMachine):
         assert s.req == {} and s.loc == {} and not any(s.spill), "protocol state not empty"
         assert s.host_used == 0 and s.prefix == {}, "host pool not empty"
         assert sim.kv.num_free == sim.kv.num_blocks and not any(s.src_pin), "GPU pool not empty"
+        sim.close()
 
 
 def run_system(machine: type[SystemStateful], examples: int) -> int:
