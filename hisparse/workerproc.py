@@ -30,7 +30,8 @@ from hisparse.worker import WorkerError
 from hisparse.workerport import DecodeRows, LocalWorker
 from hisparse.workerwire import Frame, FrameError, blob, pack, unpack
 
-ANSWER_TIMEOUT_S = 120.0  # a step's call takes milliseconds; starting takes seconds
+ANSWER_TIMEOUT_S = 60.0  # a step's call takes milliseconds
+START_TIMEOUT_S = 120.0  # a fresh interpreter importing NumPy and pydantic: seconds
 # errors the child reports that are raised here as the same type (one-message ones)
 _SAME_TYPE: dict[str, type[Exception]] = {
     cls.__name__: cls
@@ -177,7 +178,8 @@ class ProcessWorker:
                 "executor": executor, "max_positions": max_positions, "shared": shared,
                 "writer": writer, "skip_writer_wait": skip_writer_wait}
         try:
-            self._call("hello", head, [blob(config.model_dump_json().encode())])
+            self._call("hello", head, [blob(config.model_dump_json().encode())],
+                       timeout_s=START_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
@@ -196,15 +198,16 @@ class ProcessWorker:
         self._conn.close()
 
     def _call(self, op: str, head: dict[str, Any] | None = None,
-              arrays: Sequence[NDArray[Any]] = ()) -> Frame:
+              arrays: Sequence[NDArray[Any]] = (), timeout_s: float | None = None) -> Frame:
+        wait = self.timeout_s if timeout_s is None else timeout_s
         if not self._stopper.alive or self._conn.closed:
             raise WorkerProcessError(f"rank {self.rank}: the worker process was stopped")
         try:
             self._conn.send_bytes(pack(op, head, arrays))
-            if not self._conn.poll(self.timeout_s):
+            if not self._conn.poll(wait):
                 self._kill()  # it does not answer: no polite close either
                 raise WorkerProcessError(
-                    f"rank {self.rank}: no answer to {op!r} within {self.timeout_s:g} s")
+                    f"rank {self.rank}: no answer to {op!r} within {wait:g} s")
             answer = unpack(self._conn.recv_bytes())
         except (EOFError, OSError) as exc:
             self.close()
