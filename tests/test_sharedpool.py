@@ -83,3 +83,37 @@ def test_a_reader_that_skips_the_wait_reads_stale_shared_bytes() -> None:
     finally:
         del writer, reader
         pool.close()
+
+
+def test_two_processes_share_one_host_allocation() -> None:
+    """The writer's process copies into the allocation; the reader's process, which
+    copies nothing, waits on the event and then reads the writer's bytes from it."""
+    from hisparse.workerproc import ProcessWorker
+
+    pool = SharedHostPool(CONFIG.pool_layout(GPU, SLOTS), CONFIG.layers)
+    writer, reader = (
+        ProcessWorker(rank, CONFIG, gpu_blocks=GPU, slots=SLOTS, executor="reference",
+                      max_positions=16, shared=pool.name, writer=rank == 0)
+        for rank in (0, 1)
+    )
+    try:
+        data = (np.arange(4 * 16, dtype=np.uint8).reshape(1, 4, 16) + 7)
+        rows = np.arange(2 * 4, 3 * 4, dtype=np.int64)
+        t = SparseKVPageTransfer(transfer_id=5, src_gpu_block=2, dst_host_block=3)
+        raw = CONNECTOR_METADATA.dump_json(HiSparseConnectorMetadata(transfers=(t,)))
+        for w in (writer, reader):
+            w.write_rows(rows, data)
+            w.bind(raw)
+            w.admit("r", [("host", 3)])
+        topk = {"r": np.arange(4, dtype=np.int32)}
+        assert reader.decode(topk, 1).waits_on == (5,)
+        assert not pool.host(0)[12:16].any()  # nothing landed in the allocation yet
+        writer.land(None)
+        assert np.array_equal(pool.host(0)[12:16], data[0])  # landed here, once
+        got = reader.decode(topk, 1)
+        assert got.waits_on == () and np.array_equal(got.seen[0], data[0])
+        assert reader.d2h_bytes() == writer.d2h_bytes() == 64  # (the worker counts commands)
+    finally:
+        writer.close()
+        reader.close()
+        pool.close()
