@@ -470,12 +470,16 @@ class Simulation:
         rep, before_spills, before_d2h = self.report, self.coordinator.spills, self._d2h_bytes()
         self._schedule()
         meta = self.sched.build_connector_meta()
-        if t in self._losses and self._loss_rng.random() < 0.5:
-            meta = None  # this step's metadata is lost with the worker
+        lost = None
+        if t in self._losses:  # with several ranks a seeded one is lost
+            lost = self._loss_rng.randrange(self.o.tp) if self.o.tp > 1 else 0
+        missed = None
+        if lost is not None and self._loss_rng.random() < 0.5:
+            missed = lost  # this step's metadata is lost with that worker
             rep.metas_lost += 1
-        self._bind(meta, t)
-        if t in self._losses:
-            self._lose_worker(t)
+        self._bind(meta, t, missed)
+        if lost is not None:
+            self._lose_worker(t, lost)
         topk = {r: self._topk(r) for r in self.running}
         hits = (0, 0, 0, 0)
         if topk:
@@ -545,21 +549,22 @@ class Simulation:
         else:
             self.sched.on_worker_lost(busy, rank=rank)  # type: ignore[call-arg]
 
-    def _bind(self, meta: HiSparseConnectorMetadata | None, t: int) -> None:
+    def _bind(self, meta: HiSparseConnectorMetadata | None, t: int,
+              missed: int | None = None) -> None:
+        """This step's metadata to every rank but ``missed`` (lost on its way there)."""
         if meta is not None:  # over the process boundary as bytes, validated once
             if self.metrics is not None:
                 self.metrics.on_connector_meta(meta, t)
             raw = CONNECTOR_METADATA.dump_json(meta)
             for port in self.ports:  # rank order: the writer (rank 0) takes it first
-                port.bind(raw)
+                if port.rank != missed:
+                    port.bind(raw)
 
-    def _lose_worker(self, t: int) -> None:
-        """A worker restarts before this step's decode (public API only): its
-        unreported acks are gone, the coordinator recovers from what its stream still
-        copies, and the re-sent block-table entries reach the worker before it reads.
-        With several ranks a seeded one is lost."""
-        port = self.ports[self._loss_rng.randrange(len(self.ports))] if self.o.tp > 1 \
-            else self.ports[0]
+    def _lose_worker(self, t: int, rank: int) -> None:
+        """Rank ``rank``'s worker restarts before this step's decode (public API only):
+        its unreported acks are gone, the coordinator recovers from what its stream
+        still copies, and the re-sent block-table entries reach it before it reads."""
+        port = self.ports[rank]
         queued = len(port.queued())
         if queued:  # some copies land before the loss, some after
             port.land(self._loss_rng.randint(0, queued))
