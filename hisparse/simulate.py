@@ -536,7 +536,11 @@ class Simulation:
         return sum(port.d2h_bytes() for port in self.copiers)
 
     def _deliver(self, port: WorkerPort, t: int) -> None:
-        """The rank's acks since its last meta, up to the coordinator (as bytes)."""
+        """The rank's acks since its last meta, up to the coordinator (as bytes). With a
+        shared pool the writer's acks go first: a reader's enqueued ack is accepted only
+        once the writer's for the same transfer is (the coordinator's merge rule)."""
+        if self.shared is not None and port.rank != WRITER:
+            self._deliver(self.ports[WRITER], t)
         raw = port.take_meta()
         if raw is not None:
             if self.metrics is not None:
@@ -547,7 +551,7 @@ class Simulation:
         if self.o.tp == 1 and self.shared is None:
             self.sched.on_worker_lost(busy)  # the single-worker call, as before
         else:
-            self.sched.on_worker_lost(busy, rank=rank)  # type: ignore[call-arg]
+            self.sched.on_worker_lost(busy, rank)
 
     def _bind(self, meta: HiSparseConnectorMetadata | None, t: int,
               missed: int | None = None) -> None:

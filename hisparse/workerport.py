@@ -97,7 +97,9 @@ class LocalWorker:
         self.rank = rank
         self.config = config
         self.executor = executor
-        self.worker = HiSparseWorker(config, executor, gpu_blocks=gpu_blocks, slots=slots)
+        self.worker = HiSparseWorker(
+            config, executor, gpu_blocks=gpu_blocks, slots=slots, rank=rank
+        )
         self.conn = HiSparseConnector(KVConnectorRole.WORKER, worker=self.worker)
 
     def admit(self, request_id: RequestId, table: Sequence[Loc]) -> None:
