@@ -118,12 +118,21 @@ class LocalWorker:
     def bind(self, raw: bytes) -> None:
         self.conn.bind_connector_metadata(raw)
 
+    def writer_waits(
+        self, topk: Mapping[RequestId, NDArray[np.int32]], step: int
+    ) -> tuple[int, ...]:
+        """A reader of a shared pool: the writer copies that the host rows of this decode
+        still wait on (every host row of the batch, hit or miss: a superset). Reads
+        nothing, changes nothing."""
+        if not isinstance(self.executor, SharedHostExecutor) or self.executor.writer:
+            return ()
+        host = self.worker.batch(topk, step).host_row
+        blocks = np.unique(host[host >= 0] // self.config.block_tokens).tolist()
+        return tuple(sorted(set(self.executor.pending(blocks))))
+
     def decode(self, topk: Mapping[RequestId, NDArray[np.int32]], step: int) -> DecodeRows:
-        if isinstance(self.executor, SharedHostExecutor) and not self.executor.writer:
-            b = self.config.block_tokens
-            host = self.worker.batch(topk, step).host_row
-            if waits := self.executor.pending(np.unique(host[host >= 0] // b).tolist()):
-                return DecodeRows(0, 0, 0, 0, {}, tuple(sorted(set(waits))))
+        if waits := self.writer_waits(topk, step):
+            return DecodeRows(0, 0, 0, 0, {}, waits)
         leaders = self.config.leaders
         result = self.worker.decode({lead: topk for lead in set(leaders)}, step=step)
         on_host = result.results_on_host

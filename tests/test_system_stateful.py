@@ -22,12 +22,18 @@ from typing import Any
 import hypothesis.strategies as st
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from hisparse.connector import MalformedMetadata
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
-from hisparse.simulate import SimulateOptions, Simulation
-from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
+from hisparse.simulate import WRITER, SimulateOptions, Simulation
+from hisparse.spec.errors import ActionNotEnabled, UnknownRank, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
@@ -38,7 +44,7 @@ from hisparse.spec.messages import (
 from hisparse.worker import WorkerError
 from tests.protocol_helpers import index_problems
 
-STEPS = {"total": 0}
+STEPS = {"total": 0, "reader_waits": 0, "slow_rank_steps": 0}
 OPTS = SimulateOptions(
     requests=0, steps=0, top_k=16, block_tokens=8, row_bytes=32, layers=3,
     gpu_blocks=14, host_blocks=12, min_pages=2, max_pages=5, prefixes=2,
@@ -176,12 +182,13 @@ class SystemStateful(RuleBasedStateMachine):
     @rule(data=st.data())
     def repeated_ids(self, data: st.DataObject) -> None:
         """A meta built with model_construct (no validation) that repeats an ID."""
-        c = self.sim.coordinator
-        tids = sorted(vars(c)["_sent"][0]) or sorted(c.state.transfer_dst) or [0]
+        c, rank = self.sim.coordinator, self._rank(data)
+        tids = sorted(vars(c)["_sent"][rank]) or sorted(c.state.transfer_dst) or [0]
         tid = data.draw(st.sampled_from(tids))
         done = data.draw(st.booleans())
-        meta = (HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid, tid)) if done
-                else HiSparseWorkerMeta.model_construct(enqueued=(tid, tid), completed=()))
+        meta = (HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid, tid), rank=rank)
+                if done else
+                HiSparseWorkerMeta.model_construct(enqueued=(tid, tid), completed=(), rank=rank))
         self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownTransfer,))
 
     @rule()
@@ -200,8 +207,13 @@ class SystemStateful(RuleBasedStateMachine):
         self._lose(self._rank(data), drop_commands)
 
     def _lose(self, rank: int, drop_commands: bool) -> None:
-        if drop_commands:
-            self.sim.sched.build_connector_meta()  # never reaches the workers
+        if drop_commands:  # this step's commands never reach the lost rank
+            meta = self.sim.sched.build_connector_meta()
+            if meta is not None:
+                raw = CONNECTOR_METADATA.dump_json(meta)
+                for port in self.sim.ports:
+                    if port.rank != rank:
+                        port.bind(raw)
         self.held[rank].clear()
         busy = self.sim.ports[rank].restart()
         self.sim._worker_lost(rank, busy)
@@ -222,8 +234,16 @@ class SystemStateful(RuleBasedStateMachine):
     @rule(data=st.data())
     def forged_loss_report(self, data: st.DataObject) -> None:
         """A restart report naming a transfer that is not open is refused whole."""
-        tid = data.draw(st.integers(10_000, 20_000))
-        self._refused(lambda: self.sim.sched.on_worker_lost((tid,)), (UnknownTransfer,))
+        tid, rank = data.draw(st.integers(10_000, 20_000)), self._rank(data)
+        self._refused(lambda: self.sim.sched.on_worker_lost((tid,), rank), (UnknownTransfer,))
+
+    @rule(data=st.data())
+    def unknown_rank(self, data: st.DataObject) -> None:
+        """A meta or a loss report from a rank the coordinator does not have."""
+        rank = data.draw(st.integers(self.TP, self.TP + 3))
+        meta = HiSparseWorkerMeta(enqueued=(0,), rank=rank)
+        self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownRank,))
+        self._refused(lambda: self.sim.sched.on_worker_lost((), rank), (UnknownRank,))
 
     @rule()
     def schedule(self) -> None:
@@ -260,6 +280,8 @@ class SystemStateful(RuleBasedStateMachine):
             self.t += 1
             before = self.sim.report.data_mismatches
             for port in self.sim.ports:
+                if self.sim.local(port.rank).writer_waits(topk, self.t):
+                    STEPS["reader_waits"] += 1
                 self.sim._verify(self.sim._decode(port, topk, self.t), topk)
                 assert self.sim.report.data_mismatches == before, (
                     f"rank {port.rank}'s resolver returned wrong bytes")
@@ -271,18 +293,31 @@ class SystemStateful(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def take_worker_meta(self, data: st.DataObject) -> None:
-        rank = self._rank(data)
+        self._take(self._rank(data))
+
+    def _take(self, rank: int) -> None:
         meta = self.sim.ports[rank].take_meta()
         if meta is not None:
             self.held[rank].append(meta)
 
+    def _deliver_oldest(self, rank: int) -> None:
+        """Every held meta of ``rank``, oldest first: each must be accepted."""
+        held = self.held[rank]
+        while held:
+            self.sim.sched.update_connector_output(held[0])
+            self.delivered[rank].append(held.pop(0))
+
     @rule(data=st.data())
     def deliver(self, data: st.DataObject) -> None:
-        """Deliver a rank's held meta, possibly out of order; an early one may be refused."""
+        """Deliver a rank's held meta, possibly out of order; an early one may be refused.
+        With a shared pool the writer's acks go first (the coordinator's merge rule)."""
         rank = self._rank(data)
         held = self.held[rank]
         if not held:
             return
+        if self.BACKING == "shared" and rank != WRITER:
+            self._take(WRITER)
+            self._deliver_oldest(WRITER)
         i = data.draw(st.integers(0, len(held) - 1))
         before = snapshot(self.sim)
         try:
@@ -292,6 +327,25 @@ class SystemStateful(RuleBasedStateMachine):
             assert same(before, snapshot(self.sim))
         else:
             self.delivered[rank].append(held.pop(i))
+
+    @precondition(lambda self: self.TP > 1)
+    @rule(data=st.data(), steps=st.integers(1, 3))
+    def one_rank_slow(self, data: st.DataObject, steps: int) -> None:
+        """One rank runs ahead for a few engine steps, its copies landing and its acks
+        arriving at once, while the other ranks' streams and acks lag behind (they land
+        and report in later rules, steps later). Nothing is published or freed until
+        the slow ranks catch up (the invariants hold throughout)."""
+        fast = self._rank(data)
+        if self.BACKING == "shared" and fast != WRITER:
+            fast = WRITER  # a reader's acks need the writer's first: the writer runs ahead
+        port = self.sim.ports[fast]
+        for _ in range(steps):
+            STEPS["slow_rank_steps"] += 1
+            self.schedule()
+            self.decode()
+            port.land(None)
+            self._take(fast)
+            self._deliver_oldest(fast)
 
     @rule(data=st.data())
     def duplicate(self, data: st.DataObject) -> None:
@@ -340,10 +394,17 @@ class SystemStateful(RuleBasedStateMachine):
             assert pool.is_pinned(g) == s.src_pin[g], g
 
     def teardown(self) -> None:
+        try:
+            self._drained()
+        finally:
+            self.sim.close()
+
+    def _drained(self) -> None:
         sim = self.sim
-        for held in self.held:  # deliver what was held back, oldest first
-            for meta in held:
-                sim.sched.update_connector_output(meta)
+        if self.BACKING == "shared":  # a reader's held enqueued acks need the writer's
+            self._take(WRITER)
+        for rank in range(self.TP):  # deliver what was held back, oldest first (writer first)
+            self._deliver_oldest(rank)
         sim.drain()
         for name, check in PROPERTIES.items():
             assert check(sim.coordinator.state) == [], name
@@ -354,21 +415,46 @@ class SystemStateful(RuleBasedStateMachine):
         assert s.req == {} and s.loc == {} and not any(s.spill), "protocol state not empty"
         assert s.host_used == 0 and s.prefix == {}, "host pool not empty"
         assert sim.kv.num_free == sim.kv.num_blocks and not any(s.src_pin), "GPU pool not empty"
-        sim.close()
 
 
 def run_system(machine: type[SystemStateful], examples: int) -> int:
     """Run the machine for ``examples`` runs of 100 steps; the invariant-checked steps."""
-    STEPS["total"] = 0
+    STEPS.update(total=0, reader_waits=0, slow_rank_steps=0)
     run_state_machine_as_test(
         machine, settings=settings(max_examples=examples, stateful_step_count=100, deadline=None)
     )
-    print(f"{machine.EXECUTOR} system steps: {STEPS['total']}")
+    print(f"{machine.EXECUTOR} system steps ({machine.TP} rank(s), {machine.BACKING}): "
+          f"{STEPS['total']}; slow-rank steps {STEPS['slow_rank_steps']}, reader waits on the "
+          f"writer {STEPS['reader_waits']}")
     return STEPS["total"]
 
 
 def test_system_with_faults() -> None:
     assert run_system(SystemStateful, 300) >= 20_000
+
+
+class SystemStatefulTP(SystemStateful):
+    """Two ranks with private host pools, each with its own faults: its stream slow, its
+    metas delayed, out of order or duplicated, its worker restarted, its commands lost."""
+
+    TP = 2
+
+
+class SystemStatefulTPShared(SystemStatefulTP):
+    """Two ranks over one shared host allocation: rank 0 copies, rank 1 reads it after
+    the writer's events."""
+
+    BACKING = "shared"
+
+
+def test_system_two_ranks_with_faults() -> None:
+    assert run_system(SystemStatefulTP, 100) >= 6_000
+    assert STEPS["slow_rank_steps"] > 0
+
+
+def test_system_two_ranks_shared_pool_with_faults() -> None:
+    assert run_system(SystemStatefulTPShared, 100) >= 6_000
+    assert STEPS["slow_rank_steps"] > 0 and STEPS["reader_waits"] > 0
 
 
 class SystemStatefulCuda(SystemStateful):
