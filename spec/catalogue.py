@@ -107,6 +107,7 @@ class Variant:
     step: str
     impl: Callable[..., Any]
     writes: tuple[str, ...] = ()
+    model: str = "small"  # the TLC model (tla/MC_<model>) whose run catches it
 
 
 @dataclass(frozen=True)
@@ -222,15 +223,15 @@ CATALOGUE: tuple[Action, ...] = (
             Variant("release_source_at_first_enqueued", "NoReuseBeforeEnqueued", "invariant",
                     "the GPU source goes back at the first rank's enqueued ack, while another "
                     "rank's stream may still read it", "_released_sources",
-                    variants.release_source_at_first_enqueued),
+                    variants.release_source_at_first_enqueued, model="tp"),
             Variant("publish_after_one_rank_done", "NoPublishBeforeComplete", "invariant",
                     "the host page is published at the first rank's completed ack (private "
                     "backing: another rank's copy may still be in flight)", "_closes_early",
-                    variants.publish_after_one_rank_done),
+                    variants.publish_after_one_rank_done, model="tp"),
             Variant("abort_frees_after_one_rank_done", "NoDoubleOwnership", "invariant",
                     "an aborted request's destination is freed at the first rank's completed "
                     "ack, while another rank still copies into it", "_closes_early",
-                    variants.abort_frees_after_one_rank_done),
+                    variants.abort_frees_after_one_rank_done, model="tp"),
         ),
         ranked=True,
     ),
@@ -241,7 +242,7 @@ CATALOGUE: tuple[Action, ...] = (
         (Variant("reader_skips_writer_event", "LivePagesReadable", "invariant",
                  "a reader rank of a shared host pool acks a command without ordering its "
                  "stream after the writer's copy event", "_reader_orders_after_writer",
-                 variants.reader_skips_writer_event),),
+                 variants.reader_skips_writer_event, model="tpshared"),),
         ranked=True,
     ),
     Action(
