@@ -108,6 +108,8 @@ class ProtocolMachine:
             )
         s = self.state
         s.page_keys[r] = tuple(keys)
+        if self.check:
+            s.keys_seen.update(keys)
         s.req[r] = "new"
         s.loc.update(dict.fromkeys(s.pages_of(r)))  # every page: no block yet
         if self.declared is not None:
