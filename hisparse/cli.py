@@ -309,7 +309,7 @@ def _cmd_docs(args: argparse.Namespace) -> int:
 
 
 def _register_simulate(sub: SubParsers) -> None:
-    from hisparse.simulate import DEFAULT_MOONCAKE, EXECUTORS, SimulateOptions
+    from hisparse.simulate import BACKINGS, DEFAULT_MOONCAKE, EXECUTORS, SimulateOptions
     from hisparse.workload import WORKLOADS
 
     d = SimulateOptions()
@@ -366,6 +366,15 @@ def _register_simulate(sub: SubParsers) -> None:
     r = p.add_argument_group("run and output")
     r.add_argument("--executor", choices=EXECUTORS, default=d.executor,
                    help="reference (NumPy, runs anywhere) or cuda (CuPy, NVIDIA GPU)")
+    r.add_argument("--worker-processes", action="store_true",
+                   help="run each worker in its own process: connector metadata, acks and "
+                   "decode results cross a pipe as bytes (same report and trace)")
+    r.add_argument("--tp", type=positive_int, default=d.tp, metavar="W",
+                   help="tensor-parallel ranks: W workers, each in its own process, every "
+                   "rank's acks to the coordinator, every rank's rows checked (default 1)")
+    r.add_argument("--backing", choices=BACKINGS, default=d.backing,
+                   help="host pool per rank (private), or one shared-memory allocation "
+                   "that only rank 0 copies into and the other ranks read (shared)")
     r.add_argument("--no-check", action="store_true",
                    help="skip the invariant checks after every protocol action (faster)")
     r.add_argument("--json", type=out_path, metavar="PATH",
@@ -406,7 +415,8 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
         layers=args.layers, concurrency=args.max_running, num_speculative_tokens=args.speculative,
         executor=args.executor, check=not args.no_check, trace=args.trace,
-        worker_restarts=args.worker_restarts,
+        worker_restarts=args.worker_restarts, tp=args.tp, backing=args.backing,
+        worker_processes=args.worker_processes or args.tp > 1,
     )
 
 

@@ -22,16 +22,29 @@ Metrics (counters get Prometheus' ``_total`` suffix on the wire):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hisparse.config import HiSparseConfig
 from hisparse.spec.messages import HiSparseConnectorMetadata, HiSparseWorkerMeta
 
 if TYPE_CHECKING:
     from hisparse.coordinator import Admission, HiSparseCoordinator
-    from hisparse.worker import DecodeResult
 
 STEP_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+class DecodeCounts(Protocol):
+    """A decode step's counters (``DecodeResult`` reads them from the device when asked;
+    a worker in another process sends them as numbers)."""
+
+    @property
+    def resident_hits(self) -> int: ...
+    @property
+    def hot_hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def h2d_bytes(self) -> int: ...
 
 
 class MetricsUnavailable(RuntimeError):
@@ -88,7 +101,7 @@ class HiSparseMetrics:
         self._dst: dict[int, int] = {}  # open transfer ID -> destination host block
         self._written: dict[int, int] = {}  # host block -> step its content was sent
         self._touched: dict[int, int] = {}  # host block -> step published or last hit
-        self._decodes: list[DecodeResult] = []
+        self._decodes: list[DecodeCounts] = []
         self._server: Any = None
 
     # -- scheduler side ------------------------------------------------------------
@@ -132,7 +145,7 @@ class HiSparseMetrics:
 
     # -- worker side -----------------------------------------------------------------
 
-    def on_decode(self, result: DecodeResult) -> None:
+    def on_decode(self, result: DecodeCounts) -> None:
         """Keep the step's result; its counters are read every ``read_every`` steps."""
         self._decodes.append(result)
         if len(self._decodes) >= self.read_every:

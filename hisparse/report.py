@@ -75,6 +75,12 @@ def header_lines(z: Doc) -> list[str]:
         f"top-K {z['top_k']}, {z['hot_rows']} hot rows/request, max running "
         f"{z['max_running']}, speculative {z['speculative']}, abort rate "
         f"{z.get('abort_rate', 0)}/step, executor {z['executor']}",
+        *([f"ranks        {z['tp_ranks']} tensor-parallel ranks, the same commands to each, "
+           f"every rank's acks merged and rows checked; host pool "
+           + ("private per rank" if z["backing"] == "private"
+              else "one shared allocation (rank 0 copies, the others read after its events)")
+           + "; hits and host->device bytes are rank 0's"]
+          if "tp_ranks" in z else []),
     ]
 
 

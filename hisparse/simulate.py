@@ -24,9 +24,12 @@ from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
+from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
-from hisparse.worker import DecodeResult, HiSparseWorker
+from hisparse.spec.state import Loc
+from hisparse.worker import HiSparseWorker
+from hisparse.workerport import DecodeRows, LocalWorker, WorkerPort
 from hisparse.workload import (
     Arrival,
     MooncakeShape,
@@ -73,6 +76,14 @@ class SimulateOptions:
     check: bool = True
     trace: Path | None = None
     executor: str = "reference"  # or "cuda"
+    # run each worker in its own process (connector metadata, acks and decode results
+    # cross as bytes); the report and trace are the same as in-process
+    worker_processes: bool = False
+    # tensor-parallel ranks: one worker each, the same commands to every rank, every
+    # rank's acks to the coordinator, every rank's rows checked; "shared" backing: one
+    # host allocation that only rank 0 (the writer) copies into
+    tp: int = 1
+    backing: str = "private"  # or "shared"
 
     @property
     def host_block_bytes(self) -> int:
@@ -80,6 +91,8 @@ class SimulateOptions:
 
 
 EXECUTORS = ("reference", "cuda")
+BACKINGS = ("private", "shared")
+WRITER = 0  # with the shared backing, the rank that copies
 
 
 def make_executor(name: str, config: HiSparseConfig, max_positions: int) -> Executor[Any]:
@@ -215,19 +228,26 @@ class Simulation:
             num_speculative_tokens=opts.num_speculative_tokens,
             layers=opts.layers,
             index_leaders=leaders,
+            **self._tp_fields(),
         )
         self.kv = BlockPool(opts.gpu_blocks)
         self.coordinator = HiSparseCoordinator(
             self.config, self.kv, gpu_blocks=opts.gpu_blocks,
             check=opts.check, record=opts.trace is not None,
         )
-        longest = max([opts.max_pages, *(len(a.page_keys) for a in self.arrivals)])
-        self.executor = make_executor(opts.executor, self.config, longest * opts.block_tokens)
-        self.worker = HiSparseWorker(
-            self.config, self.executor, gpu_blocks=opts.gpu_blocks, slots=opts.concurrency
-        )
+        self.layout = self.config.pool_layout(opts.gpu_blocks, opts.concurrency)
         self.sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
-        self.wconn = HiSparseConnector(KVConnectorRole.WORKER, worker=self.worker)
+        self.shared: SharedHostPool | None = None
+        self.ports: list[WorkerPort] = []
+        try:
+            self._start_workers()
+        except BaseException:
+            self.close()
+            raise
+        # rank 0 draws from the run's generator (one rank draws as before), others their own
+        self._rank_rng = [self.rng] + [
+            random.Random(f"rank-{r}-{opts.seed}") for r in range(1, opts.tp)
+        ]
         self.metrics = metrics
         self.keys: dict[str, int] = {}
         self.pages: dict[str, NDArray[np.int64]] = {}  # request -> key id of each page
@@ -242,6 +262,76 @@ class Simulation:
         self._losses = self._loss_steps()
         # its own generator, so a run without losses draws exactly as before
         self._loss_rng = random.Random(f"worker-loss-{opts.seed}")
+
+    def _tp_fields(self) -> dict[str, Any]:
+        """The config's rank fields; none for one private rank (the config as before)."""
+        o = self.o
+        if o.tp < 1:
+            raise ValueError(f"tp must be at least 1, got {o.tp}")
+        if o.backing not in BACKINGS:
+            raise ValueError(f"unknown backing {o.backing!r}; choose one of {', '.join(BACKINGS)}")
+        if o.backing == "shared" and o.executor != "reference":
+            raise ValueError("the shared backing runs on the reference executor only")
+        if o.tp == 1 and o.backing == "private":
+            return {}
+        return {"tp_ranks": o.tp, "backing": o.backing}
+
+    def _start_workers(self) -> None:
+        """One worker port per rank: in this process, or each in its own."""
+        o = self.o
+        longest = max([o.max_pages, *(len(a.page_keys) for a in self.arrivals)])
+        positions = longest * o.block_tokens
+        if o.backing == "shared":
+            self.shared = SharedHostPool(self.layout, o.layers)
+        for rank in range(o.tp):
+            port: WorkerPort
+            if o.worker_processes:
+                from hisparse.workerproc import ProcessWorker
+
+                port = ProcessWorker(
+                    rank, self.config, gpu_blocks=o.gpu_blocks, slots=o.concurrency,
+                    executor=o.executor, max_positions=positions,
+                    shared=None if self.shared is None else self.shared.name,
+                    writer=rank == WRITER,
+                )
+            else:
+                executor = (make_executor(o.executor, self.config, positions)
+                            if self.shared is None
+                            else SharedHostExecutor(self.shared, writer=rank == WRITER))
+                port = LocalWorker(rank, self.config, executor, gpu_blocks=o.gpu_blocks,
+                                   slots=o.concurrency)
+            self.ports.append(port)
+
+    def close(self) -> None:
+        """Stop the worker processes (if any) and free the shared pool; idempotent."""
+        for port in self.ports:
+            port.close()
+        if self.shared is not None:
+            self.shared.close()
+
+    @property
+    def copiers(self) -> list[WorkerPort]:
+        """The ranks that copy device -> host (the writer alone with a shared pool)."""
+        return [self.ports[WRITER]] if self.shared is not None else self.ports
+
+    def local(self, rank: int = 0) -> LocalWorker:
+        """Rank ``rank``'s in-process worker (tests reach into its pools)."""
+        port = self.ports[rank]
+        if not isinstance(port, LocalWorker):
+            raise RuntimeError(f"rank {rank}'s worker runs in another process")
+        return port
+
+    @property
+    def worker(self) -> HiSparseWorker:
+        return self.local().worker
+
+    @property
+    def executor(self) -> Executor[Any]:
+        return self.local().executor
+
+    @property
+    def wconn(self) -> HiSparseConnector:
+        return self.local().conn
 
     def _loss_steps(self) -> set[int]:
         """The steps at which the worker is lost: seeded, spread over the arrivals."""
@@ -265,6 +355,7 @@ class Simulation:
             "layers": o.layers, "index_leaders": list(c.leaders), "max_running": o.concurrency,
             "hot_rows": c.hot, "speculative": o.num_speculative_tokens, "executor": o.executor,
             "seed": o.seed, "abort_rate": o.abort_rate, "check": o.check,
+            **({"tp_ranks": o.tp, "backing": o.backing} if self._tp_fields() else {}),
             **({"worker_restarts": o.worker_restarts} if o.worker_restarts else {}),
         }
 
@@ -303,23 +394,34 @@ class Simulation:
     def _topk_one(self, r: str) -> NDArray[np.int32]:
         return locality_topk(self.rng, len(self.pages[r]) * self.o.block_tokens, self.o.top_k)
 
-    def _prefill(self, r: str) -> None:
+    def _admit_workers(self, r: str, table: list[Loc]) -> None:
+        """Every rank binds the admitted table; its GPU-resident pages are prefilled."""
+        for port in self.ports:
+            port.admit(r, table)
+        self._prefill(r, table)
+
+    def _prefill(self, r: str, table: list[Loc]) -> None:
         """Write the request's GPU-resident pages into every layer's resident rows."""
         b = self.o.block_tokens
-        gpu = [(i, w[1]) for i, w in enumerate(self.worker.tables.tables[r]) if w[0] == "gpu"]
+        gpu = [(i, w[1]) for i, w in enumerate(table) if w[0] == "gpu"]
         if not gpu:
             return
         pages = np.array([i for i, _ in gpu], np.int64)
         blocks = np.array([g for _, g in gpu], np.int64)
         offs = np.tile(np.arange(b, dtype=np.int64), len(gpu))
-        spec = self.worker.layout
+        spec = self.layout
         rows = np.array([spec.resident_row(int(g), o) for g in blocks for o in range(b)])
         keys = np.repeat(self.pages[r][pages], b)
-        for h in self.worker.handles:
-            data = rows_of(keys, h.layer, offs, self.o.row_bytes)
-            self.executor.write_device_rows(h.runtime.pools, rows, data)
+        data = np.stack([rows_of(keys, layer, offs, self.o.row_bytes)
+                         for layer in range(self.o.layers)])
+        for port in self.ports:
+            port.write_rows(rows, data)
 
-    def _verify(self, result: DecodeResult, topk: dict[str, NDArray[np.int32]]) -> None:
+    def _release_workers(self, r: str) -> None:
+        for port in self.ports:
+            port.release(r)
+
+    def _verify(self, result: DecodeRows, topk: dict[str, NDArray[np.int32]]) -> None:
         """Every resolved row holds the bytes written for its position (reads back)."""
         b = self.o.block_tokens
         entries = [(r, t) for r, ts in topk.items() for t in np.atleast_2d(ts)]
@@ -328,12 +430,7 @@ class Simulation:
         page = np.where(valid, pos // b, 0)
         keys = np.stack([self.pages[r][page[e]] for e, (r, _) in enumerate(entries)])
         offs = np.where(valid, pos % b, 0)
-        on_host = result.results_on_host
-        for layer in result.rows:
-            got = on_host[self.config.leaders[layer]].rows
-            pools = self.worker.handles[layer].runtime.pools
-            flat = np.asarray(got).reshape(-1).astype(np.int64)
-            seen = self.executor.read_device_rows(pools, np.where(flat >= 0, flat, 0))
+        for layer, seen in result.seen.items():
             want = rows_of(keys.reshape(-1), layer, offs.reshape(-1), self.o.row_bytes)
             bad = ~np.all(seen.reshape(want.shape) == want, axis=1) & valid.reshape(-1)
             self.report.data_mismatches += int(bad.sum())
@@ -345,12 +442,12 @@ class Simulation:
         for r in list(self.running):
             if self.rng.random() < o.abort_rate:
                 c.abort(r)
-                self.worker.release(r)
+                self._release_workers(r)
                 del self.running[r]
                 rep.aborted += 1
             elif self.running[r] <= 0:
                 c.finish(r)
-                self.worker.release(r)
+                self._release_workers(r)
                 del self.running[r]
                 rep.finished += 1
         for r in list(self.pending):
@@ -367,40 +464,43 @@ class Simulation:
             rep.pages_admitted += len(adm.table)
             if self.metrics is not None:
                 self.metrics.on_admission(adm, self._t)
-            self.worker.admit(r, adm.table)
-            self._prefill(r)
+            self._admit_workers(r, list(adm.table))
             self.running[r] = self.decode_steps[r]
 
     def step(self, t: int) -> None:
         self._t = t
-        rep, before_spills, before_d2h = self.report, self.coordinator.spills, self.worker.d2h_bytes
+        rep, before_spills, before_d2h = self.report, self.coordinator.spills, self._d2h_bytes()
         self._schedule()
         meta = self.sched.build_connector_meta()
-        if t in self._losses and self._loss_rng.random() < 0.5:
-            meta = None  # this step's metadata is lost with the worker
+        lost = None
+        if t in self._losses:  # with several ranks a seeded one is lost
+            lost = self._loss_rng.randrange(self.o.tp) if self.o.tp > 1 else 0
+        missed = None
+        if lost is not None and self._loss_rng.random() < 0.5:
+            missed = lost  # this step's metadata is lost with that worker
             rep.metas_lost += 1
-        self._bind(meta, t)
-        if t in self._losses:
-            self._lose_worker(t)
+        self._bind(meta, t, missed)
+        if lost is not None:
+            self._lose_worker(t, lost)
         topk = {r: self._topk(r) for r in self.running}
         hits = (0, 0, 0, 0)
         if topk:
-            leaders = {lead: topk for lead in set(self.config.leaders)}
-            result = self.worker.decode(leaders, step=t + 1)
-            if self.metrics is not None:
-                self.metrics.on_decode(result)
-            hits = (result.resident_hits, result.hot_hits, result.misses, result.h2d_bytes)
-            self._verify(result, topk)
+            for port in self.ports:  # every rank resolves the same top-K
+                result = self._decode(port, topk, t + 1)
+                self._verify(result, topk)
+                if port.rank == 0:  # the replica's figures: rank 0's
+                    if self.metrics is not None:
+                        self.metrics.on_decode(result)
+                    hits = (result.resident_hits, result.hot_hits, result.misses,
+                            result.h2d_bytes)
             for r in topk:
                 self.running[r] -= 1
-        if self.executor.queued():  # the stream completes copies late and in batches
-            self.executor.release(self.rng.randint(0, len(self.executor.queued())))
-        if self.rng.random() < 0.7:  # acks are sometimes held back a step or more
-            wmeta = self.wconn.get_worker_meta()
-            if wmeta is not None:
-                if self.metrics is not None:
-                    self.metrics.on_worker_meta(wmeta, t)
-                self.sched.update_connector_output(WORKER_META.dump_json(wmeta))
+        for port, rng in zip(self.ports, self._rank_rng, strict=True):
+            queued = len(port.queued())
+            if queued:  # the stream completes copies late and in batches
+                port.land(rng.randint(0, queued))
+            if rng.random() < 0.7:  # acks are sometimes held back a step or more
+                self._deliver(port, t)
         if self.metrics is not None:
             self.metrics.on_step(self.coordinator)
         rep.resident_hits += hits[0]
@@ -411,26 +511,72 @@ class Simulation:
         row = (
             len(self.running), len(self.pending), self.o.gpu_blocks - self.kv.num_free,
             self.coordinator.state.host_used, self.coordinator.spills - before_spills,
-            *hits[:3], hits[3], self.worker.d2h_bytes - before_d2h, len(topk),
+            *hits[:3], hits[3], self._d2h_bytes() - before_d2h, len(topk),
         )
         for name, value in zip(SERIES, row, strict=True):
             rep.series[name].append(int(value))
 
-    def _bind(self, meta: HiSparseConnectorMetadata | None, t: int) -> None:
+    def _decode(self, port: WorkerPort, topk: dict[str, NDArray[np.int32]], step: int
+                ) -> DecodeRows:
+        """One rank's decode; a reader of the shared pool first lets the writer's
+        copies it waits on land (its stream waits on their events)."""
+        result = port.decode(topk, step=step)
+        if result.waits_on:
+            writer = self.ports[WRITER]
+            queued = writer.queued()
+            last = max(result.waits_on)
+            if last not in queued:
+                raise RuntimeError(f"rank {port.rank} waits on copy {last}, which the "
+                                   "writer does not run")
+            writer.land(queued.index(last) + 1)
+            result = port.decode(topk, step=step)
+            if result.waits_on:
+                raise RuntimeError(f"rank {port.rank} still waits on {result.waits_on}")
+        return result
+
+    def _d2h_bytes(self) -> int:
+        return sum(port.d2h_bytes() for port in self.copiers)
+
+    def _deliver(self, port: WorkerPort, t: int) -> None:
+        """The rank's acks since its last meta, up to the coordinator (as bytes). With a
+        shared pool the writer's acks go first: a reader's enqueued ack is accepted only
+        once the writer's for the same transfer is (the coordinator's merge rule)."""
+        if self.shared is not None and port.rank != WRITER:
+            self._deliver(self.ports[WRITER], t)
+        raw = port.take_meta()
+        if raw is not None:
+            if self.metrics is not None:
+                self.metrics.on_worker_meta(WORKER_META.validate_json(raw), t)
+            self.sched.update_connector_output(raw)
+
+    def _worker_lost(self, rank: int, busy: tuple[int, ...]) -> None:
+        if self.o.tp == 1 and self.shared is None:
+            self.sched.on_worker_lost(busy)  # the single-worker call, as before
+        else:
+            self.sched.on_worker_lost(busy, rank)
+
+    def _bind(self, meta: HiSparseConnectorMetadata | None, t: int,
+              missed: int | None = None) -> None:
+        """This step's metadata to every rank but ``missed`` (lost on its way there)."""
         if meta is not None:  # over the process boundary as bytes, validated once
             if self.metrics is not None:
                 self.metrics.on_connector_meta(meta, t)
-            self.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+            raw = CONNECTOR_METADATA.dump_json(meta)
+            for port in self.ports:  # rank order: the writer (rank 0) takes it first
+                if port.rank != missed:
+                    port.bind(raw)
 
-    def _lose_worker(self, t: int) -> None:
-        """The worker restarts before this step's decode (public API only): its
-        unreported acks are gone, the coordinator recovers from what the stream still
-        copies, and the re-sent block-table entries reach the worker before it reads."""
-        if self.executor.queued():  # some copies land before the loss, some after
-            self.executor.release(self._loss_rng.randint(0, len(self.executor.queued())))
+    def _lose_worker(self, t: int, rank: int) -> None:
+        """Rank ``rank``'s worker restarts before this step's decode (public API only):
+        its unreported acks are gone, the coordinator recovers from what its stream
+        still copies, and the re-sent block-table entries reach it before it reads."""
+        port = self.ports[rank]
+        queued = len(port.queued())
+        if queued:  # some copies land before the loss, some after
+            port.land(self._loss_rng.randint(0, queued))
         self.report.open_at_loss += len(self.coordinator.state.open_spills)
-        busy = self.wconn.restart_worker()
-        self.sched.on_worker_lost(busy)
+        busy = port.restart()
+        self._worker_lost(port.rank, busy)
         self.report.worker_restarts += 1
         self._bind(self.sched.build_connector_meta(), t)
 
@@ -438,7 +584,7 @@ class Simulation:
         """End of run: stop what still runs or waits and let every copy and ack arrive."""
         for r in list(self.running):
             self.coordinator.finish(r)
-            self.worker.release(r)
+            self._release_workers(r)
             del self.running[r]
             self.report.still_running += 1
         for r in self.pending:
@@ -446,17 +592,11 @@ class Simulation:
             self.report.never_admitted += 1
         self.pending.clear()
         for _ in range(3):  # send what is left, land every copy, deliver every ack
-            meta = self.sched.build_connector_meta()
-            if meta is not None:
-                if self.metrics is not None:
-                    self.metrics.on_connector_meta(meta, self._t)
-                self.wconn.bind_connector_metadata(meta)
-            self.executor.release()
-            wmeta = self.wconn.get_worker_meta()
-            if wmeta is not None:
-                if self.metrics is not None:
-                    self.metrics.on_worker_meta(wmeta, self._t)
-                self.sched.update_connector_output(wmeta)
+            self._bind(self.sched.build_connector_meta(), self._t)
+            for port in self.ports:
+                port.land(None)
+            for port in self.ports:
+                self._deliver(port, self._t)
         if self.metrics is not None:
             self.metrics.on_step(self.coordinator)
             self.metrics.flush()
@@ -471,26 +611,28 @@ class Simulation:
 
             steps = tqdm(steps, desc="simulate", unit="step", leave=False)
         nxt = 0
+        rep = self.report
         try:
-            for t in steps:
-                while nxt < len(self.arrivals) and self.arrivals[nxt].step <= t:
-                    self._arrive(self.arrivals[nxt])
-                    nxt += 1
-                self.step(t)
-                self.report.steps += 1
-                if self._done(nxt):
-                    break
-            self.report.not_arrived = len(self.arrivals) - nxt  # due after the last step
-            self.drain()
-        except InvariantViolation as exc:
-            self.report.violations += 1
-            self.report.notes.append(str(exc))
-        finally:
+            try:
+                for t in steps:
+                    while nxt < len(self.arrivals) and self.arrivals[nxt].step <= t:
+                        self._arrive(self.arrivals[nxt])
+                        nxt += 1
+                    self.step(t)
+                    rep.steps += 1
+                    if self._done(nxt):
+                        break
+                rep.not_arrived = len(self.arrivals) - nxt  # due after the last step
+                self.drain()
+            except InvariantViolation as exc:
+                rep.violations += 1
+                rep.notes.append(str(exc))
+            rep.d2h_bytes = self._d2h_bytes()
+        finally:  # worker processes stop whatever happened
             if progress:
                 steps.close()
-        rep = self.report
+            self.close()
         rep.spills = self.coordinator.spills
-        rep.d2h_bytes = self.worker.d2h_bytes
         rep.invariant_checks = self.coordinator.machine.invariant_checks
         rep.notes += coverage_notes(rep)
         if self.o.trace is not None:

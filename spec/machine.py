@@ -108,6 +108,8 @@ class ProtocolMachine:
             )
         s = self.state
         s.page_keys[r] = tuple(keys)
+        if self.check:
+            s.keys_seen.update(keys)
         s.req[r] = "new"
         s.loc.update(dict.fromkeys(s.pages_of(r)))  # every page: no block yet
         if self.declared is not None:
@@ -403,8 +405,9 @@ class ProtocolMachine:
                 need = need - one
             # (_set_spill's phase-change case: no index changes)
             spill[h] = Spill(sp.src, sp.page, phase, sp.transfer_id, ranks, need)
-        for h in self._released_sources(first, full) if first else ():
-            self._release_source(h)
+        if first:
+            for h in self._released_sources(first, full):
+                self._release_source(spill[h])
         if reader:  # a transfer no rank owes an ack for any more closes
             for h in enq:
                 sp = spill[h]
@@ -531,14 +534,12 @@ class ProtocolMachine:
             self._set_loc(p, self._moved_entry(h))
         return phase
 
-    def _release_source(self, h: int) -> None:
-        """Transfer h's GPU source goes back to HMA with its pin."""
-        s = self.state
-        sp = s.spill[h]
+    def _release_source(self, sp: Spill | None) -> None:
+        """An open transfer's GPU source goes back to HMA with its pin."""
         assert sp is not None
         g = sp.src
         self._own(g, None)
-        s.gpu_data[g] = GARBAGE
+        self.state.gpu_data[g] = GARBAGE
         self._unpin(g)
 
     def _moved_entry(self, h: int) -> Loc:
@@ -717,8 +718,8 @@ class ProtocolMachine:
         bytes as of its stream position; a reader of a shared pool orders its stream after
         the writer's copy event (``waits``) while that copy is in flight."""
         s, a = self.state, "WorkerEnqueue"
-        down = s.down[w] if 0 <= w < len(s.down) else None
-        t = down.pop(transfer_id, None) if down is not None and w in self.copiers else None
+        # (a copier is a rank: the membership test is the range check too)
+        t = s.down[w].pop(transfer_id, None) if w in self.copiers else None
         if t is not None:  # the common case: a copier's command
             s.copying[w][t.dst] = s.gpu_data[t.src]
             s.copying_tid[w][t.dst] = transfer_id

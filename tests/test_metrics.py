@@ -74,9 +74,9 @@ def test_decode_counters_are_read_every_n_steps_only() -> None:
     config = HiSparseConfig(host_pool_gib=0.001, block_tokens=8, row_bytes=16, top_k=4)
     metrics = HiSparseMetrics(config, read_every=4)
     for _ in range(3):
-        metrics.on_decode(Probe())  # type: ignore[arg-type]
+        metrics.on_decode(Probe())
     assert Probe.reads == 0
-    metrics.on_decode(Probe())  # type: ignore[arg-type]
+    metrics.on_decode(Probe())
     assert Probe.reads == 16  # four results, four counters each, read in one go
     assert "hisparse_cache_misses_total 4.0" in metrics.text()
     with pytest.raises(ValueError, match="read_every"):

@@ -22,16 +22,21 @@ from typing import Any
 import hypothesis.strategies as st
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from hisparse.connector import MalformedMetadata
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
-from hisparse.simulate import SimulateOptions, Simulation
-from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
+from hisparse.simulate import WRITER, SimulateOptions, Simulation
+from hisparse.spec.errors import ActionNotEnabled, UnknownRank, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
-    WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
     SparseKVPageTransfer,
@@ -39,7 +44,7 @@ from hisparse.spec.messages import (
 from hisparse.worker import WorkerError
 from tests.protocol_helpers import index_problems
 
-STEPS = {"total": 0}
+STEPS = {"total": 0, "reader_waits": 0, "slow_rank_steps": 0}
 OPTS = SimulateOptions(
     requests=0, steps=0, top_k=16, block_tokens=8, row_bytes=32, layers=3,
     gpu_blocks=14, host_blocks=12, min_pages=2, max_pages=5, prefixes=2,
@@ -90,17 +95,17 @@ def coordinator_problems(c: HiSparseCoordinator) -> list[str]:
 
 
 def snapshot(sim: Simulation) -> Any:
-    """Everything a refused input must leave alone."""
-    w = sim.worker
-    pools = [sim.executor.snapshot(h.runtime.pools) for h in w.handles]
+    """Everything a refused input must leave alone (every rank's worker and pools)."""
+    ranks = [sim.local(r) for r in range(len(sim.ports))]
+    pools = [w.executor.snapshot(h.runtime.pools) for w in ranks for h in w.worker.handles]
     return (
         sim.coordinator.state.clone(),
         coordinator_tables(sim.coordinator),
         copy.deepcopy(sim.kv.__dict__),
-        copy.deepcopy(w.tables),
+        [copy.deepcopy(w.worker.tables) for w in ranks],
         [p["device"] for p in pools],
         [p["host"] for p in pools],
-        sim.executor.queued(),
+        [w.queued() for w in ranks],
     )
 
 
@@ -116,14 +121,20 @@ def same(a: Any, b: Any) -> bool:
 
 class SystemStateful(RuleBasedStateMachine):
     EXECUTOR = "reference"
+    TP, BACKING = 1, "private"
 
     def __init__(self) -> None:
         super().__init__()
-        self.sim = Simulation(replace(OPTS, executor=self.EXECUTOR))
+        self.sim = Simulation(replace(OPTS, executor=self.EXECUTOR, tp=self.TP,
+                                      backing=self.BACKING))
         self.n = 0
-        self.held: list[HiSparseWorkerMeta] = []
-        self.delivered: list[HiSparseWorkerMeta] = []
+        # per rank: worker metas taken but not yet delivered, and those delivered
+        self.held: list[list[bytes]] = [[] for _ in range(self.TP)]
+        self.delivered: list[list[bytes]] = [[] for _ in range(self.TP)]
         self.t = 0
+
+    def _rank(self, data: st.DataObject) -> int:
+        return data.draw(st.integers(0, self.TP - 1), label="rank") if self.TP > 1 else 0
 
     def _refused_or_done(self, call: Any, errors: tuple[type[Exception], ...]) -> bool:
         """Either accepted, or refused with a typed error and no change at all."""
@@ -171,12 +182,13 @@ class SystemStateful(RuleBasedStateMachine):
     @rule(data=st.data())
     def repeated_ids(self, data: st.DataObject) -> None:
         """A meta built with model_construct (no validation) that repeats an ID."""
-        c = self.sim.coordinator
-        tids = sorted(vars(c)["_sent"][0]) or sorted(c.state.transfer_dst) or [0]
+        c, rank = self.sim.coordinator, self._rank(data)
+        tids = sorted(vars(c)["_sent"][rank]) or sorted(c.state.transfer_dst) or [0]
         tid = data.draw(st.sampled_from(tids))
         done = data.draw(st.booleans())
-        meta = (HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid, tid)) if done
-                else HiSparseWorkerMeta.model_construct(enqueued=(tid, tid), completed=()))
+        meta = (HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid, tid), rank=rank)
+                if done else
+                HiSparseWorkerMeta.model_construct(enqueued=(tid, tid), completed=(), rank=rank))
         self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownTransfer,))
 
     @rule()
@@ -188,31 +200,50 @@ class SystemStateful(RuleBasedStateMachine):
         c.abort(name)
         assert name not in c.state.req, "an aborted request that holds nothing retires"
 
-    @rule(drop_commands=st.booleans())
-    def lose_worker(self, drop_commands: bool) -> None:
-        """The worker restarts; held acks are lost, and maybe this step's commands."""
-        if drop_commands:
-            self.sim.sched.build_connector_meta()  # never reaches the worker
-        self.held.clear()
-        busy = self.sim.wconn.restart_worker()
-        self.sim.sched.on_worker_lost(busy)
+    @rule(drop_commands=st.booleans(), data=st.data())
+    def lose_worker(self, drop_commands: bool, data: st.DataObject) -> None:
+        """A rank's worker restarts; its held acks are lost, and maybe this step's
+        commands (to every rank: the engine step is lost)."""
+        self._lose(self._rank(data), drop_commands)
 
-    @rule(send=st.booleans(), land=st.integers(0, 2))
-    def spill_then_lose(self, send: bool, land: int) -> None:
+    def _lose(self, rank: int, drop_commands: bool) -> None:
+        if drop_commands:  # this step's commands never reach the lost rank
+            meta = self.sim.sched.build_connector_meta()
+            if meta is not None:
+                raw = CONNECTOR_METADATA.dump_json(meta)
+                for port in self.sim.ports:
+                    if port.rank != rank:
+                        port.bind(raw)
+        self.held[rank].clear()
+        busy = self.sim.ports[rank].restart()
+        self.sim._worker_lost(rank, busy)
+
+    @rule(send=st.booleans(), land=st.integers(0, 2), data=st.data())
+    def spill_then_lose(self, send: bool, land: int, data: st.DataObject) -> None:
         """A loss with transfers in flight: sent or not, copying or landed."""
         c = self.sim.coordinator
         for page in c.spillable(2):
             c.spill(page)
         if send:
             self.send_commands()
-        self.sim.executor.release(min(land, len(self.sim.executor.queued())))
-        self.lose_worker(drop_commands=not send)
+        rank = self._rank(data)
+        port = self.sim.ports[rank]
+        port.land(min(land, len(port.queued())))
+        self._lose(rank, drop_commands=not send)
 
     @rule(data=st.data())
     def forged_loss_report(self, data: st.DataObject) -> None:
         """A restart report naming a transfer that is not open is refused whole."""
-        tid = data.draw(st.integers(10_000, 20_000))
-        self._refused(lambda: self.sim.sched.on_worker_lost((tid,)), (UnknownTransfer,))
+        tid, rank = data.draw(st.integers(10_000, 20_000)), self._rank(data)
+        self._refused(lambda: self.sim.sched.on_worker_lost((tid,), rank), (UnknownTransfer,))
+
+    @rule(data=st.data())
+    def unknown_rank(self, data: st.DataObject) -> None:
+        """A meta or a loss report from a rank the coordinator does not have."""
+        rank = data.draw(st.integers(self.TP, self.TP + 3))
+        meta = HiSparseWorkerMeta(enqueued=(0,), rank=rank)
+        self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownRank,))
+        self._refused(lambda: self.sim.sched.on_worker_lost((), rank), (UnknownRank,))
 
     @rule()
     def schedule(self) -> None:
@@ -224,7 +255,7 @@ class SystemStateful(RuleBasedStateMachine):
         name = f"req{r}"
         if name in self.sim.running:
             self.sim.coordinator.abort(name)
-            self.sim.worker.release(name)
+            self.sim._release_workers(name)
             del self.sim.running[name]
         elif name in self.sim.pending:
             self.sim.coordinator.abort(name)
@@ -232,52 +263,96 @@ class SystemStateful(RuleBasedStateMachine):
 
     @rule()
     def send_commands(self) -> None:
+        """This step's commands, as bytes, to every rank (the writer first)."""
         meta = self.sim.sched.build_connector_meta()
         if meta is not None:
-            self.sim.wconn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(meta))
+            raw = CONNECTOR_METADATA.dump_json(meta)
+            for port in self.sim.ports:
+                port.bind(raw)
 
     @rule()
     def decode(self) -> None:
-        """Decode needs this step's commands applied first (as an engine step does)."""
+        """Decode needs this step's commands applied first (as an engine step does);
+        every rank resolves the same top-K and every rank's rows are checked."""
         self.send_commands()
         topk = {r: self.sim._topk(r) for r in self.sim.running}
         if topk:
             self.t += 1
-            leaders = {lead: topk for lead in set(self.sim.config.leaders)}
             before = self.sim.report.data_mismatches
-            result = self.sim.worker.decode(leaders, step=self.t)
-            self.sim._verify(result, topk)
-            assert self.sim.report.data_mismatches == before, "resolver returned wrong bytes"
+            for port in self.sim.ports:
+                if self.sim.local(port.rank).writer_waits(topk, self.t):
+                    STEPS["reader_waits"] += 1
+                self.sim._verify(self.sim._decode(port, topk, self.t), topk)
+                assert self.sim.report.data_mismatches == before, (
+                    f"rank {port.rank}'s resolver returned wrong bytes")
 
-    @rule(n=st.integers(0, 4))
-    def complete_copies(self, n: int) -> None:
-        self.sim.executor.release(min(n, len(self.sim.executor.queued())))
+    @rule(n=st.integers(0, 4), data=st.data())
+    def complete_copies(self, n: int, data: st.DataObject) -> None:
+        port = self.sim.ports[self._rank(data)]
+        port.land(min(n, len(port.queued())))
 
-    @rule()
-    def take_worker_meta(self) -> None:
-        meta = self.sim.wconn.get_worker_meta()
+    @rule(data=st.data())
+    def take_worker_meta(self, data: st.DataObject) -> None:
+        self._take(self._rank(data))
+
+    def _take(self, rank: int) -> None:
+        meta = self.sim.ports[rank].take_meta()
         if meta is not None:
-            self.held.append(meta)
+            self.held[rank].append(meta)
+
+    def _deliver_oldest(self, rank: int) -> None:
+        """Every held meta of ``rank``, oldest first: each must be accepted."""
+        held = self.held[rank]
+        while held:
+            self.sim.sched.update_connector_output(held[0])
+            self.delivered[rank].append(held.pop(0))
 
     @rule(data=st.data())
     def deliver(self, data: st.DataObject) -> None:
-        """Deliver a held meta, possibly out of order; an early one may be refused."""
-        if not self.held:
+        """Deliver a rank's held meta, possibly out of order; an early one may be refused.
+        With a shared pool the writer's acks go first (the coordinator's merge rule)."""
+        rank = self._rank(data)
+        held = self.held[rank]
+        if not held:
             return
-        i = data.draw(st.integers(0, len(self.held) - 1))
+        if self.BACKING == "shared" and rank != WRITER:
+            self._take(WRITER)
+            self._deliver_oldest(WRITER)
+        i = data.draw(st.integers(0, len(held) - 1))
         before = snapshot(self.sim)
         try:
-            self.sim.sched.update_connector_output(WORKER_META.dump_json(self.held[i]))
+            self.sim.sched.update_connector_output(held[i])
         except UnknownTransfer:
             assert i > 0, "the oldest meta must always be accepted"
             assert same(before, snapshot(self.sim))
         else:
-            self.delivered.append(self.held.pop(i))
+            self.delivered[rank].append(held.pop(i))
+
+    @precondition(lambda self: self.TP > 1)
+    @rule(data=st.data(), steps=st.integers(1, 3))
+    def one_rank_slow(self, data: st.DataObject, steps: int) -> None:
+        """One rank runs ahead for a few engine steps, its copies landing and its acks
+        arriving at once, while the other ranks' streams and acks lag behind (they land
+        and report in later rules, steps later). Nothing is published or freed until
+        the slow ranks catch up (the invariants hold throughout)."""
+        fast = self._rank(data)
+        if self.BACKING == "shared" and fast != WRITER:
+            fast = WRITER  # a reader's acks need the writer's first: the writer runs ahead
+        port = self.sim.ports[fast]
+        for _ in range(steps):
+            STEPS["slow_rank_steps"] += 1
+            self.schedule()
+            self.decode()
+            port.land(None)
+            self._take(fast)
+            self._deliver_oldest(fast)
 
     @rule(data=st.data())
     def duplicate(self, data: st.DataObject) -> None:
-        if self.delivered:
-            meta = data.draw(st.sampled_from(self.delivered))
+        """A rank's meta delivered again: refused whole, nothing changes."""
+        delivered = self.delivered[self._rank(data)]
+        if delivered:
+            meta = data.draw(st.sampled_from(delivered))
             self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownTransfer,))
 
     @rule(tid=st.integers(10_000, 20_000), done=st.booleans())
@@ -291,19 +366,21 @@ class SystemStateful(RuleBasedStateMachine):
         self._refused(lambda: self.sim.sched.update_connector_output(raw), (MalformedMetadata,))
 
     @rule(raw=st.sampled_from([b"[]", b'{"transfers": [{"transfer_id": -1}]}',
-                                b'{"replacements": [{"request_id": ""}]}']))
-    def malformed_connector_metadata(self, raw: bytes) -> None:
-        self._refused(lambda: self.sim.wconn.bind_connector_metadata(raw), (MalformedMetadata,))
+                                b'{"replacements": [{"request_id": ""}]}']), data=st.data())
+    def malformed_connector_metadata(self, raw: bytes, data: st.DataObject) -> None:
+        port = self.sim.ports[self._rank(data)]
+        self._refused(lambda: port.bind(raw), (MalformedMetadata,))
 
-    @rule(src=st.integers(0, 100), dst=st.integers(0, 100))
-    def out_of_range_transfer(self, src: int, dst: int) -> None:
+    @rule(src=st.integers(0, 100), dst=st.integers(0, 100), data=st.data())
+    def out_of_range_transfer(self, src: int, dst: int, data: st.DataObject) -> None:
         spec = self.sim.worker.layout
         if src < spec.gpu_blocks and dst < spec.host_blocks:
             return
         meta = HiSparseConnectorMetadata(
             transfers=(SparseKVPageTransfer(transfer_id=99_999, src_gpu_block=src, dst_host_block=dst),)
         )
-        self._refused(lambda: self.sim.wconn.bind_connector_metadata(meta), (WorkerError,))
+        port = self.sim.ports[self._rank(data)]
+        self._refused(lambda: port.bind(CONNECTOR_METADATA.dump_json(meta)), (WorkerError,))
 
     @invariant()
     def protocol_invariants(self) -> None:
@@ -317,9 +394,17 @@ class SystemStateful(RuleBasedStateMachine):
             assert pool.is_pinned(g) == s.src_pin[g], g
 
     def teardown(self) -> None:
+        try:
+            self._drained()
+        finally:
+            self.sim.close()
+
+    def _drained(self) -> None:
         sim = self.sim
-        for meta in self.held:  # deliver what was held back, oldest first
-            sim.sched.update_connector_output(meta)
+        if self.BACKING == "shared":  # a reader's held enqueued acks need the writer's
+            self._take(WRITER)
+        for rank in range(self.TP):  # deliver what was held back, oldest first (writer first)
+            self._deliver_oldest(rank)
         sim.drain()
         for name, check in PROPERTIES.items():
             assert check(sim.coordinator.state) == [], name
@@ -334,16 +419,42 @@ class SystemStateful(RuleBasedStateMachine):
 
 def run_system(machine: type[SystemStateful], examples: int) -> int:
     """Run the machine for ``examples`` runs of 100 steps; the invariant-checked steps."""
-    STEPS["total"] = 0
+    STEPS.update(total=0, reader_waits=0, slow_rank_steps=0)
     run_state_machine_as_test(
         machine, settings=settings(max_examples=examples, stateful_step_count=100, deadline=None)
     )
-    print(f"{machine.EXECUTOR} system steps: {STEPS['total']}")
+    print(f"{machine.EXECUTOR} system steps ({machine.TP} rank(s), {machine.BACKING}): "
+          f"{STEPS['total']}; slow-rank steps {STEPS['slow_rank_steps']}, reader waits on the "
+          f"writer {STEPS['reader_waits']}")
     return STEPS["total"]
 
 
 def test_system_with_faults() -> None:
     assert run_system(SystemStateful, 300) >= 20_000
+
+
+class SystemStatefulTP(SystemStateful):
+    """Two ranks with private host pools, each with its own faults: its stream slow, its
+    metas delayed, out of order or duplicated, its worker restarted, its commands lost."""
+
+    TP = 2
+
+
+class SystemStatefulTPShared(SystemStatefulTP):
+    """Two ranks over one shared host allocation: rank 0 copies, rank 1 reads it after
+    the writer's events."""
+
+    BACKING = "shared"
+
+
+def test_system_two_ranks_with_faults() -> None:
+    assert run_system(SystemStatefulTP, 100) >= 6_000
+    assert STEPS["slow_rank_steps"] > 0
+
+
+def test_system_two_ranks_shared_pool_with_faults() -> None:
+    assert run_system(SystemStatefulTPShared, 100) >= 6_000
+    assert STEPS["slow_rank_steps"] > 0 and STEPS["reader_waits"] > 0
 
 
 class SystemStatefulCuda(SystemStateful):
