@@ -21,11 +21,14 @@ class InjectedBug:
     catches: str
     kind: BugKind
     summary: str
+    model: str = "small"  # the TLC model that catches it (tensor-parallel bugs: tp, tpshared)
 
 
 # Declared with the action each one changes, as a variant in the protocol catalogue.
 BUGS: tuple[InjectedBug, ...] = tuple(
-    InjectedBug(v.bug, v.catches, v.kind, v.summary) for a in CATALOGUE for v in a.variants
+    InjectedBug(v.bug, v.catches, v.kind, v.summary, v.model)
+    for a in CATALOGUE
+    for v in a.variants
 )
 
 

@@ -151,7 +151,8 @@ def _cmd_setup(args: argparse.Namespace) -> int:
 def _register_check(sub: SubParsers) -> None:
     p = _sub(sub, "check", "model-check the TLA+ spec with TLC, or validate traces")
     p.add_argument("--model", choices=MODELS, default="ci",
-                   help="model size: small (seconds), ci (what CI runs), deep (long)")
+                   help="model size: small (seconds), ci (what CI runs), deep (long); "
+                   "tp / tpshared: two tensor-parallel ranks, private / shared host pool")
     p.add_argument("--json", type=out_path, metavar="PATH", help="write the report as JSON")
     p.add_argument(
         "--inject", metavar="NAME", choices=[b.name for b in BUGS],

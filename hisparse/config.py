@@ -6,6 +6,8 @@ so nothing downstream (pools, kernels, the coordinator) re-validates shapes.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hisparse.executor.layout import (
@@ -49,6 +51,10 @@ class HiSparseConfig(BaseModel):
     num_speculative_tokens: int = Field(default=0, ge=0)
     hot_rows: int | None = Field(default=None, description="per request; None = default")
     layers: int = Field(default=1, ge=1)
+    # tensor-parallel ranks, one worker each; their host pools are private per rank or
+    # one shared allocation that rank 0 writes (docs/tensor-parallel.md)
+    tp_ranks: int = Field(default=1, ge=1)
+    backing: Literal["private", "shared"] = "private"
     index_leaders: tuple[int, ...] | None = Field(
         default=None, description="per layer, the layer owning its indexer; None = all own"
     )
@@ -127,6 +133,9 @@ class HiSparseConfig(BaseModel):
             gpu_blocks=gpu_blocks,
             host_pool_bytes=self.host_pool_bytes,
             host_block_bytes=self.host_block_bytes,
+            ranks=self.tp_ranks,
+            backing=self.backing,
+            writer=0,
         )
 
     def pool_layout(self, gpu_blocks: int, slots: int) -> PoolLayout:

@@ -120,6 +120,13 @@ def _by_index(f: dict[Any, Any], conv: Callable[[Any], Any]) -> tuple[Any, ...]:
     return tuple(conv(f[b]) for b in sorted(f, key=_index))
 
 
+def _by_rank(f: Any) -> tuple[Any, ...]:
+    """A rank-indexed value (``Ranks = 1..W``: TLC prints it as a sequence) by 0-based rank."""
+    if isinstance(f, dict):
+        return tuple(f[w] for w in sorted(f))
+    return tuple(f)
+
+
 def canon_tlc(s: dict[str, Any]) -> Canon:
     """A TLC state in the canonical form (pools as tuples, sentinels as None)."""
     def loc(w: Any) -> Any:
@@ -128,7 +135,10 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
     def spill(sp: dict[str, Any]) -> Any:
         if sp["src"] == "none":
             return None
-        return (_index(sp["src"]), _page(sp["page"]), sp["phase"])
+        return (
+            _index(sp["src"]), _page(sp["page"]), sp["phase"],
+            frozenset(w - 1 for w in sp["enq"]), frozenset(w - 1 for w in sp["need"]),
+        )
 
     def hosts(hs: Any) -> frozenset[int]:
         return frozenset(_index(h) for h in hs)
@@ -143,13 +153,20 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
         # the machine's index holds live keys only; a key with no copy is the same fact
         "prefix": {str(k): hosts(hs) for k, hs in s["prefix"].items() if hs},
         "spill": _by_index(s["spill"], spill),
-        "down": frozenset((_index(t["src"]), _index(t["dst"])) for t in s["down"]),
-        "up": tuple((hosts(m["enq"]), hosts(m["done"])) for m in s["up"]),
-        "copying": _by_index(s["copying"], lambda c: None if c == "idle" else str(c)),
-        "wEnq": hosts(s["wEnq"]),
-        "wDone": hosts(s["wDone"]),
+        "down": tuple(
+            frozenset((_index(t["src"]), _index(t["dst"])) for t in d) for d in _by_rank(s["down"])
+        ),
+        "up": tuple(
+            tuple((hosts(m["enq"]), hosts(m["done"])) for m in u) for u in _by_rank(s["up"])
+        ),
+        "copying": tuple(
+            _by_index(c, lambda x: None if x == "idle" else str(x)) for c in _by_rank(s["copying"])
+        ),
+        "waits": tuple(hosts(x) for x in _by_rank(s["waits"])),
+        "wEnq": tuple(hosts(x) for x in _by_rank(s["wEnq"])),
+        "wDone": tuple(hosts(x) for x in _by_rank(s["wDone"])),
         "gpuData": _by_index(s["gpuData"], str),
-        "hostData": _by_index(s["hostData"], str),
+        "hostData": tuple(_by_index(d, str) for d in _by_rank(s["hostData"])),
     }
 
 
@@ -176,15 +193,23 @@ def canon_python(m: ProtocolMachine) -> Canon:
         "hostKey": tuple(j["hostKey"]),
         "prefix": {k: frozenset(hs) for k, hs in j["prefix"].items()},
         "spill": tuple(
-            None if sp is None else (sp["src"], page(sp["page"]), sp["phase"]) for sp in j["spill"]
+            None if sp is None else (
+                sp["src"], page(sp["page"]), sp["phase"], frozenset(sp["enq"]),
+                frozenset(sp["need"]),
+            )
+            for sp in j["spill"]
         ),
-        "down": frozenset((t["src"], t["dst"]) for t in j["down"]),
-        "up": tuple((frozenset(x["enq"]), frozenset(x["done"])) for x in j["up"]),
-        "copying": tuple(j["copying"]),
-        "wEnq": frozenset(j["wEnq"]),
-        "wDone": frozenset(j["wDone"]),
+        "down": tuple(frozenset((t["src"], t["dst"]) for t in d) for d in _by_rank(j["down"])),
+        "up": tuple(
+            tuple((frozenset(x["enq"]), frozenset(x["done"])) for x in u)
+            for u in _by_rank(j["up"])
+        ),
+        "copying": tuple(tuple(c) for c in _by_rank(j["copying"])),
+        "waits": tuple(frozenset(x) for x in _by_rank(j["waits"])),
+        "wEnq": tuple(frozenset(x) for x in _by_rank(j["wEnq"])),
+        "wDone": tuple(frozenset(x) for x in _by_rank(j["wDone"])),
         "gpuData": tuple(j["gpuData"]),
-        "hostData": tuple(j["hostData"]),
+        "hostData": tuple(tuple(d) for d in _by_rank(j["hostData"])),
     }
 
 
@@ -223,14 +248,16 @@ def _call(m: ProtocolMachine, action: str, u: Canon, v: Canon) -> None:
     elif action == "EvictHost":
         evicted = _changed(u["hostState"], v["hostState"], lambda x, y: (x, y) == ("valid", "free"))
         m.EvictHost(evicted)
-    elif action == "WorkerComplete":
-        m.WorkerComplete(_changed(u["copying"], v["copying"], lambda x, y: x and y is None))
+    elif action == "WorkerComplete":  # MC_gen has one rank
+        m.WorkerComplete(
+            _changed(u["copying"][0], v["copying"][0], lambda x, y: x and y is None), 0
+        )
     elif action == "WorkerEnqueue":
-        ((src, dst),) = u["down"] - v["down"]
-        (tid,) = [t.transfer_id for t in m.state.down.values() if (t.src, t.dst) == (src, dst)]
-        m.WorkerEnqueue(tid)
+        ((src, dst),) = u["down"][0] - v["down"][0]
+        (tid,) = [t.transfer_id for t in m.state.down[0].values() if (t.src, t.dst) == (src, dst)]
+        m.WorkerEnqueue(tid, 0)
     elif action in ("WorkerReport", "ConsumeMeta", "WorkerLoss"):
-        getattr(m, action)()
+        getattr(m, action)(0)
     elif action in ACTIONS:
         _search(m, ACTIONS[action], v)
     else:
@@ -240,7 +267,7 @@ def _call(m: ProtocolMachine, action: str, u: Canon, v: Canon) -> None:
 def _search(m: ProtocolMachine, action: Action, v: Canon) -> None:
     """An action with no argument reader above: take the first argument of its catalogue
     domain whose step (tried on a copy) lands on ``v``."""
-    for args in arguments(m.state, action.domain):
+    for args in arguments(m.state, action.domain, action.ranked):
         trial = copy.deepcopy(m)
         try:
             getattr(trial, action.name)(*args)

@@ -78,7 +78,10 @@ class HiSparseConnector:
         return self._coordinator
 
     def build_connector_meta(self) -> HiSparseConnectorMetadata | None:
-        """This step's transfers and replacements; None when there are none (no empty table)."""
+        """This step's transfers and replacements; None when there are none (no empty table).
+
+        With tensor parallelism the same metadata goes to every rank: every rank copies
+        (private pools) or orders its reads after the writer's copy (a shared pool)."""
         c = self._coordinator  # (the property's check, without a call per step)
         if c is None:
             raise RuntimeError(_NOT_SCHEDULER)
@@ -88,7 +91,10 @@ class HiSparseConnector:
         return trusted(HiSparseConnectorMetadata, transfers=transfers, replacements=replacements)
 
     def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
-        """Consume the worker's acks (enqueued releases sources, completed publishes)."""
+        """Consume one rank's acks (enqueued releases sources, completed publishes).
+
+        With tensor parallelism every rank's worker meta comes here, each naming its
+        rank; the coordinator merges them by the spec's rule (docs/tensor-parallel.md)."""
         if worker_meta is None:
             return
         c = self._coordinator
@@ -98,10 +104,11 @@ class HiSparseConnector:
             worker_meta = _decode(WORKER_META, worker_meta, "worker meta")
         c.on_worker_meta(worker_meta)
 
-    def on_worker_lost(self, still_copying: Sequence[int]) -> None:
-        """The worker restarted or a step's metadata was lost: recover the coordinator
-        (``still_copying`` is what the restarted worker's ``restart_worker`` returned)."""
-        self.coordinator.on_worker_lost(still_copying)
+    def on_worker_lost(self, still_copying: Sequence[int], rank: int = 0) -> None:
+        """Rank ``rank``'s worker restarted or a step's metadata to or from it was lost:
+        recover the coordinator (``still_copying`` is what that restarted worker's
+        ``restart_worker`` returned)."""
+        self.coordinator.on_worker_lost(still_copying, rank)
 
     # -- worker side ------------------------------------------------------------
 
@@ -130,4 +137,6 @@ class HiSparseConnector:
         enqueued, completed = self.worker.take_acks()
         if not enqueued and not completed:
             return None
-        return trusted(HiSparseWorkerMeta, enqueued=enqueued, completed=completed)
+        return trusted(
+            HiSparseWorkerMeta, enqueued=enqueued, completed=completed, rank=self.worker.rank
+        )

@@ -13,6 +13,17 @@ spec and can be recorded as a trace. Replaying at consumption time is sound: a
 source block stays pinned, and its bytes unchanged, until its enqueued ack is
 consumed.
 
+Tensor parallelism (``config.tp_ranks`` = W ranks, docs/tensor-parallel.md): the
+same commands go to every rank, and every rank returns its own worker meta naming its
+``rank``. Each is consumed on its own, in the order that rank sent them, by the spec's
+rule: a transfer's GPU source goes back once every rank's enqueued ack has been
+consumed, its host page is published once no rank owes an ack (every copier's completed
+ack; with a shared pool, the writer's completed ack and every reader's enqueued ack,
+which a reader sends once its stream is ordered after the writer's copy event). With a
+shared pool the writer's (rank 0's) meta of a step is consumed before the readers'. An
+unknown rank (``UnknownRank``), an ack a rank already gave (``RepeatedAck``) or one it
+does not owe (``AckNotOwed``) is refused and changes nothing.
+
 Cost follows live work: every call costs O(its own pages and transfers) or
 O(log) of the host pool. The coordinator's own indexes (spillable pages, free
 host blocks, the eviction LRU) change only together with the protocol state, and
@@ -29,7 +40,7 @@ from itertools import islice
 
 from hisparse.blockpool import KVCacheManager
 from hisparse.config import HiSparseConfig
-from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
+from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownRank, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import (
     BlockTableReplacement,
@@ -79,8 +90,10 @@ class HiSparseCoordinator:
         self.kv = kv
         self.gpu_blocks = gpu_blocks
         self.machine = ProtocolMachine(config.protocol(gpu_blocks), check=check, record=record)
+        self.ranks = config.tp_ranks
         self._unsent: list[int] = []  # transfers started, not yet handed to the connector
-        self._sent: set[int] = set()  # handed to the connector, enqueued ack not consumed
+        # per rank: handed to the connector, that rank's enqueued ack not consumed
+        self._sent: list[set[int]] = [set() for _ in range(self.ranks)]
         self._replacements: list[BlockTableReplacement] = []
         self._resync = False  # the next metadata re-sends every host entry (after a loss)
         # resident, unpinned pages of running requests, oldest admission first
@@ -249,10 +262,15 @@ class HiSparseCoordinator:
     def take_commands(
         self,
     ) -> tuple[tuple[SparseKVPageTransfer, ...], tuple[BlockTableReplacement, ...]]:
-        """New page transfers and block-table replacements since the last call."""
+        """New page transfers and block-table replacements since the last call.
+
+        The same commands go to every rank; one that a rank's loss dropped before it was
+        handed over names the ranks that still take it (``ranks``)."""
         s = self.machine.state
         tids, self._unsent = self._unsent, []
-        down, sent = s.down, self._sent
+        if self.ranks > 1:
+            return self._take_ranked(tids), self._take_replacements()
+        down, sent = s.down[0], self._sent[0]
         out: list[SparseKVPageTransfer] = []
         for tid in tids:  # one loop, no comprehension frames: this runs every step
             t = down.get(tid)
@@ -265,9 +283,37 @@ class HiSparseCoordinator:
                     transfer_id=tid,
                     src_gpu_block=t.src,
                     dst_host_block=int(t.dst),
+                    ranks=None,
                 )
             )
-        transfers = tuple(out)
+        return tuple(out), self._take_replacements()
+
+    def _take_ranked(self, tids: list[int]) -> tuple[SparseKVPageTransfer, ...]:
+        """``take_commands``' transfers with W ranks: each names the ranks that still hold
+        it unless every rank does."""
+        downs, sent = self.machine.state.down, self._sent
+        out: list[SparseKVPageTransfer] = []
+        for tid in tids:
+            holders = [w for w, d in enumerate(downs) if tid in d]
+            if not holders:
+                continue
+            t = downs[holders[0]][tid]
+            for w in holders:
+                sent[w].add(tid)
+            out.append(
+                trusted(
+                    SparseKVPageTransfer,
+                    transfer_id=tid,
+                    src_gpu_block=t.src,
+                    dst_host_block=int(t.dst),
+                    ranks=None if len(holders) == len(downs) else tuple(holders),
+                )
+            )
+        return tuple(out)
+
+    def _take_replacements(self) -> tuple[BlockTableReplacement, ...]:
+        """Block-table replacements since the last call (all of them after a loss)."""
+        s = self.machine.state
         reps, self._replacements = self._replacements, []
         if self._resync:  # a lost metadata may have carried replacements: send them all
             self._resync = False
@@ -277,34 +323,44 @@ class HiSparseCoordinator:
                 for p in s.pages_of(r)
                 if (w := s.loc[p]) is not None and w[0] == "host"
             ]
-        return transfers, tuple(reps)
+        return tuple(reps)
 
     def on_worker_meta(self, meta: HiSparseWorkerMeta) -> None:
-        """Enqueued IDs release source leases (stream order); completed IDs publish pages.
+        """Rank ``meta.rank``'s acks: a transfer every rank enqueued releases its source
+        lease (stream order); one no rank owes an ack for any more publishes its page.
 
         The meta is checked whole first, by the machine's own rules (also one built
         with ``model_construct``, which skips validation): a bad one raises and
         changes nothing.
         """
+        w = meta.rank
+        if not (type(w) is int and 0 <= w < self.ranks):
+            raise UnknownRank(w, self.ranks)
         enq, done = tuple(meta.enqueued), tuple(meta.completed)
         if not enq and not done:
             return
-        sent = self._sent
+        m, s = self.machine, self.machine.state
+        sent = self._sent[w]
         for tid in enq:
             if tid not in sent:
+                m.check_report(enq, done, w)  # names a repeated or an unowed ack
                 raise UnknownTransfer(tid, "enqueued ack for a transfer never handed over")
-        m, s = self.machine, self.machine.state
-        m.check_report(enq, done)
+        m.check_report(enq, done, w)
         # everything below is enabled (check_report): plain loops, no comprehension frames
         dst, spill = s.transfer_dst, s.spill
-        moved: list[Spill] = []
+        moved: list[tuple[int, Spill]] = []
         closing: list[int] = []
         touched: set[RequestId] = set()
         for tid in enq:
-            sp = spill[dst[tid]]
+            h = dst[tid]
+            sp = spill[h]
             assert sp is not None  # an open transfer (check_report)
-            moved.append(sp)
-            m.WorkerEnqueue(tid)
+            touched.add(sp.page[0])
+            if sp.phase == "sent":
+                moved.append((h, sp))
+            if w not in m.copiers:  # a reader's enqueued ack is its last
+                closing.append(h)
+            m.WorkerEnqueue(tid, w)
             sent.discard(tid)
         for tid in done:
             h = dst[tid]
@@ -312,13 +368,15 @@ class HiSparseCoordinator:
             if sp is not None:
                 touched.add(sp.page[0])
             closing.append(h)
-            m.WorkerComplete(h)
-        m.WorkerReport()
-        m.ConsumeMeta()
+            m.WorkerComplete(h, w)
+        m.WorkerReport(w)
+        m.ConsumeMeta(w)
         kv, loc, keys, reps = self.kv, s.loc, s.page_keys, self._replacements
-        for sp in moved:
+        for h, sp in moved:
+            now = spill[h]
+            if now is not None and now.phase == "sent":
+                continue  # another rank has not enqueued it yet: the source stays leased
             r, i = page = sp.page
-            touched.add(r)
             kv.unpin(sp.src)
             kv.free((sp.src,))
             where = loc[page] if r in keys else None
@@ -330,39 +388,49 @@ class HiSparseCoordinator:
                 )
         host_state = s.host_state
         for h in closing:
+            if spill[h] is not None:
+                continue  # another rank still owes an ack
             if host_state[h] == "valid":
                 self._release_host(h)
             else:  # an aborted request's or an abandoned transfer's page was discarded
                 heapq.heappush(self._host_free, h)
         self._retire(touched)
 
-    def on_worker_lost(self, still_copying: Iterable[int]) -> None:
-        """The worker restarted or a metadata message was lost (WorkerLoss).
+    def on_worker_lost(self, still_copying: Iterable[int], rank: int = 0) -> None:
+        """Rank ``rank``'s worker restarted or a metadata message to or from it was lost
+        (WorkerLoss).
 
         ``still_copying``: the transfer IDs the restarted worker's stream still runs.
-        Transfers not known enqueued are abandoned (sources unpinned, nothing
-        published; a destination still being copied into is held until its completed
-        ack), copies known landed are completed. Checked whole first: an ID that is
-        not an open transfer handed to the worker raises and changes nothing.
+        Transfers not known enqueued on every rank are abandoned (sources unpinned,
+        nothing published); the rank owes no ack any more except for a copy still
+        running; a transfer no rank owes an ack for closes (published if it landed
+        everywhere, freed otherwise). Checked whole first: an unknown rank, or an ID
+        that is not an open transfer handed to that rank, raises and changes nothing.
         """
         s, m = self.machine.state, self.machine
+        w = rank
+        if not (type(w) is int and 0 <= w < self.ranks):
+            raise UnknownRank(w, self.ranks)
         busy = set(still_copying)
+        sent, copying_tid = self._sent[w], s.copying_tid[w]
         for tid in busy:
             h = m.open_transfer(tid)
             if h is None:
                 raise UnknownTransfer(tid, "reported copying, but not an open transfer")
-            if not (tid in self._sent or s.copying_tid.get(h) == tid):
+            if w not in m.copiers:
+                raise UnknownTransfer(tid, f"reported copying by rank {w}, which copies nothing")
+            if not (tid in sent or copying_tid.get(h) == tid):
                 raise UnknownTransfer(tid, "reported copying, but never handed to the worker")
         # the stream as the worker reports it: what runs was enqueued, what left it landed
         for tid in sorted(busy):
-            if tid in s.down:
-                m.WorkerEnqueue(tid)
+            if tid in s.down[w]:
+                m.WorkerEnqueue(tid, w)
         for h in sorted(s.open_spills):
-            copying = s.copying_tid.get(h)
+            copying = copying_tid.get(h)
             if copying is not None and copying not in busy:
-                m.WorkerComplete(h)
+                m.WorkerComplete(h, w)
         touched = {sp.page[0] for h in s.open_spills if (sp := s.spill[h]) is not None}
-        out = m.WorkerLoss()
+        out = m.WorkerLoss(w)
         for g in out.unpinned:
             self.kv.unpin(g)
         self.kv.free(out.returned)
@@ -372,8 +440,9 @@ class HiSparseCoordinator:
             heapq.heappush(self._host_free, h)
         for h in out.published:
             self._release_host(h)
-        self._unsent.clear()
-        self._sent.clear()
+        # the rank's commands are gone; one not handed over yet still goes to the others
+        self._unsent = [tid for tid in self._unsent if any(tid in d for d in s.down)]
+        sent.clear()
         self._replacements.clear()
         self._resync = True
         self._retire(touched)
@@ -389,14 +458,14 @@ class HiSparseCoordinator:
             "loc": len(s.loc),
             "prefix": len(s.prefix),
             "transfer_dst": len(s.transfer_dst),
-            "copying_tid": len(s.copying_tid),
+            "copying_tid": sum(len(c) for c in s.copying_tid),
             "host_refs": len(s.host_refs),
             "req_refs": len(s.req_refs),
             "open_spills": len(s.open_spills),
-            "down": len(s.down),
-            "up": len(s.up),
+            "down": sum(len(d) for d in s.down),
+            "up": sum(len(u) for u in s.up),
             "unsent": len(self._unsent),
-            "sent": len(self._sent),
+            "sent": sum(len(x) for x in self._sent),
             "replacements": len(self._replacements),
             "resident": len(self._resident),
             "running": len(self._running),

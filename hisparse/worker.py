@@ -114,8 +114,10 @@ class HiSparseWorker:
         *,
         gpu_blocks: int,
         slots: int,
+        rank: int = 0,
     ) -> None:
         self.config = config
+        self.rank = rank  # the tensor-parallel rank this worker reports as
         self.executor = executor
         self.layout = config.pool_layout(gpu_blocks, slots)
         self.tables = BlockTables()
@@ -159,7 +161,10 @@ class HiSparseWorker:
         Everything is checked first, so a bad command changes nothing.
         """
         spec = self.layout
-        for t in meta.transfers:
+        transfers = meta.transfers
+        if any(t.ranks is not None for t in transfers):  # some are not for every rank
+            transfers = tuple(t for t in transfers if t.ranks is None or self.rank in t.ranks)
+        for t in transfers:
             src_ok = 0 <= t.src_gpu_block < spec.gpu_blocks
             if not (src_ok and 0 <= t.dst_host_block < spec.host_blocks):
                 raise WorkerError(f"transfer {t.transfer_id} has out-of-range coordinates")
@@ -169,11 +174,11 @@ class HiSparseWorker:
                 1 <= r.page_index <= len(table) and 0 <= r.host_block < spec.host_blocks
             ):
                 raise WorkerError(f"replacement {r} does not fit request {r.request_id!r}")
-        spills = [(t.transfer_id, t.src_gpu_block, t.dst_host_block) for t in meta.transfers]
+        spills = [(t.transfer_id, t.src_gpu_block, t.dst_host_block) for t in transfers]
         if spills:  # one batched copy per cache for the whole step
             for h in self.handles:
                 self.executor.enqueue_spills(h.runtime.pools, spills)
-        for t in meta.transfers:
+        for t in transfers:
             self._enqueued.append(t.transfer_id)
             self.d2h_bytes += spec.block_tokens * spec.row_bytes * len(self.handles)
         for r in meta.replacements:

@@ -25,13 +25,15 @@ from typing import Any, Literal
 from hisparse.spec import variants
 from hisparse.spec.lifecycle import LIFECYCLES
 from hisparse.spec.state import ProtocolState
-from hisparse.spec.tracetypes import BlockId, Frozen, Name, Page
+from hisparse.spec.tracetypes import BlockId, Frozen, Name, Page, Rank
 
 # The spec's variables, in the order of its ``vars`` tuple (and of a trace's ``post``).
 VARIABLES: tuple[str, ...] = (
     "req", "loc", "gpuOwner", "srcPin", "hostState", "hostKey", "prefix", "spill",
-    "down", "up", "copying", "wEnq", "wDone", "gpuData", "hostData",
+    "down", "up", "copying", "waits", "wEnq", "wDone", "gpuData", "hostData",
 )
+# The variables indexed by rank (``[Ranks -> ...]``; ``hostData`` by copier rank).
+RANKED_VARIABLES: tuple[str, ...] = ("down", "up", "copying", "waits", "wEnq", "wDone", "hostData")
 
 # --- argument models (one step of a trace) ---------------------------------------------
 
@@ -56,10 +58,25 @@ class HostBlockArgs(Frozen):
 
 
 class TransferArgs(Frozen):
-    """A SparseKVPageTransfer taken from ``down``: source GPU block, destination host block."""
+    """A SparseKVPageTransfer taken from rank ``rank``'s ``down``: source GPU block,
+    destination host block."""
 
     src: BlockId
     dst: BlockId
+    rank: Rank
+
+
+class RankHostBlockArgs(Frozen):
+    """A host block ID on one rank."""
+
+    host_block: BlockId
+    rank: Rank
+
+
+class RankArgs(Frozen):
+    """A tensor-parallel rank (0-based; the trace encoding maps it to the spec's 1..W)."""
+
+    rank: Rank
 
 
 class NoArgs(Frozen):
@@ -67,12 +84,13 @@ class NoArgs(Frozen):
 
 
 # What a test driver enumerates to call the ProtocolMachine method: a request ID, a
-# (page, host block) pair, a host block, a transfer ID, or nothing.
+# (page, host block) pair, a host block, a transfer ID, or nothing; a ``ranked`` action
+# takes a rank after them (a transfer: one in that rank's ``down``).
 Domain = Literal["request", "page_host", "host_block", "transfer", "none"]
 # How one field of the replay record is written in TLA+ (hisparse/tracecheck/encode.py):
 # a name, a page, a GPU or host block, or the host/GPU blocks an Arrive chose (read off
 # its ``loc`` change, so TLC need not enumerate the choice).
-Encoding = Literal["name", "page", "gpu", "host", "arrive_hosts", "arrive_blocks"]
+Encoding = Literal["name", "page", "gpu", "host", "rank", "arrive_hosts", "arrive_blocks"]
 BugKind = Literal["invariant", "property"]
 
 
@@ -89,6 +107,7 @@ class Variant:
     step: str
     impl: Callable[..., Any]
     writes: tuple[str, ...] = ()
+    model: str = "small"  # the TLC model (tla/MC_<model>) whose run catches it
 
 
 @dataclass(frozen=True)
@@ -104,6 +123,7 @@ class Action:
     triggers: tuple[tuple[str, str], ...] = ()  # (lifecycle, trigger) it may fire
     variants: tuple[Variant, ...] = ()
     injected_only: bool = False  # enabled only by one of its variants (the spec: Bug = ...)
+    ranked: bool = False  # taken by one rank: the method's last argument, ``rank`` in traces
 
     @property
     def all_writes(self) -> tuple[str, ...]:
@@ -183,8 +203,8 @@ CATALOGUE: tuple[Action, ...] = (
         ),
     ),
     Action(
-        "ConsumeMeta", NoArgs, "none", (*_CONSUMED, "prefix", "hostData", "up"),
-        "ConsumeMeta", (),
+        "ConsumeMeta", RankArgs, "none", (*_CONSUMED, "prefix", "hostData", "up"),
+        "ConsumeMeta(e.args.rank)", (("rank", "rank"),),
         (("transfer", "enqueued_ack"), ("transfer", "completed_ack"), *_HOST_PAGE_OUT),
         (
             Variant("host_id_as_gpu_index", "TypeOK", "invariant",
@@ -200,32 +220,54 @@ CATALOGUE: tuple[Action, ...] = (
                     "in one batched worker meta, completed IDs are processed before enqueued "
                     "IDs and a completion for a not-yet-enqueued transfer is dropped",
                     "_completed_hosts", variants.batched_done_before_enqueued),
+            Variant("release_source_at_first_enqueued", "NoReuseBeforeEnqueued", "invariant",
+                    "the GPU source goes back at the first rank's enqueued ack, while another "
+                    "rank's stream may still read it", "_released_sources",
+                    variants.release_source_at_first_enqueued, model="tp"),
+            Variant("publish_after_one_rank_done", "NoPublishBeforeComplete", "invariant",
+                    "the host page is published at the first rank's completed ack (private "
+                    "backing: another rank's copy may still be in flight)", "_closes_early",
+                    variants.publish_after_one_rank_done, model="tp"),
+            Variant("abort_frees_after_one_rank_done", "NoDoubleOwnership", "invariant",
+                    "an aborted request's destination is freed at the first rank's completed "
+                    "ack, while another rank still copies into it", "_closes_early",
+                    variants.abort_frees_after_one_rank_done, model="tp"),
         ),
+        ranked=True,
     ),
     Action(
-        "WorkerEnqueue", TransferArgs, "transfer", ("down", "copying", "wEnq"),
-        "WorkerEnqueue([src |-> e.args.src, dst |-> e.args.dst])",
-        (("src", "gpu"), ("dst", "host")),
+        "WorkerEnqueue", TransferArgs, "transfer", ("down", "copying", "waits", "wEnq"),
+        "WorkerEnqueue(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
+        (("rank", "rank"), ("src", "gpu"), ("dst", "host")), (),
+        (Variant("reader_skips_writer_event", "LivePagesReadable", "invariant",
+                 "a reader rank of a shared host pool acks a command without ordering its "
+                 "stream after the writer's copy event", "_reader_orders_after_writer",
+                 variants.reader_skips_writer_event, model="tpshared"),),
+        ranked=True,
     ),
     Action(
         "WorkerDrop", TransferArgs, "transfer", ("down",),
-        "WorkerDrop([src |-> e.args.src, dst |-> e.args.dst])",
-        (("src", "gpu"), ("dst", "host")), (),
+        "WorkerDrop(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
+        (("rank", "rank"), ("src", "gpu"), ("dst", "host")), (),
         (Variant("worker_drops_transfer", "TransfersComplete", "property",
                  "the worker may drop a received transfer command without enqueuing it",
                  "_worker_may_drop", variants.worker_drops_transfer),),
         injected_only=True,
+        ranked=True,
     ),
     Action(
-        "WorkerComplete", HostBlockArgs, "host_block", ("hostData", "copying", "wDone"),
-        "WorkerComplete(e.args.host_block)", (("host_block", "host"),),
+        "WorkerComplete", RankHostBlockArgs, "host_block",
+        ("hostData", "copying", "waits", "wDone"),
+        "WorkerComplete(e.args.rank, e.args.host_block)",
+        (("rank", "rank"), ("host_block", "host")), ranked=True,
     ),
-    Action("WorkerReport", NoArgs, "none", ("up", "wEnq", "wDone"), "WorkerReport"),
+    Action("WorkerReport", RankArgs, "none", ("up", "wEnq", "wDone"),
+           "WorkerReport(e.args.rank)", (("rank", "rank"),), ranked=True),
     Action(
-        "WorkerLoss", NoArgs, "none",
+        "WorkerLoss", RankArgs, "none",
         ("down", "up", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill",
          "hostState", "hostKey", "prefix", "hostData"),
-        "WorkerLoss", (),
+        "WorkerLoss(e.args.rank)", (("rank", "rank"),),
         (("transfer", "lost_running"), ("transfer", "lost_idle"), *_HOST_PAGE_OUT),
         (
             Variant("recover_frees_busy_destination", "NoDoubleOwnership", "invariant",
@@ -237,6 +279,7 @@ CATALOGUE: tuple[Action, ...] = (
                     "though its command may never have been enqueued",
                     "_loss_publishes_sent", variants.recover_publishes_unsent),
         ),
+        ranked=True,
     ),
 )
 
@@ -249,10 +292,16 @@ VARIANTS: dict[str, tuple[Action, Variant]] = {
 ARG_MODELS: tuple[type[Frozen], ...] = tuple(dict.fromkeys(a.args for a in CATALOGUE))
 
 
-def arguments(s: ProtocolState, domain: Domain) -> list[tuple[Any, ...]]:
+def arguments(s: ProtocolState, domain: Domain, ranked: bool = False) -> list[tuple[Any, ...]]:
     """Every argument tuple of a ``domain`` in state ``s``, as the machine's method takes
-    them (drivers enumerate these; most are refused)."""
+    them, the rank last for a ``ranked`` action (drivers enumerate these; most are
+    refused)."""
     hosts = range(s.config.host_blocks)
+    if ranked:
+        ranks = range(s.config.ranks)
+        if domain == "transfer":
+            return [(tid, w) for w in ranks for tid in s.down[w]]
+        return [(*a, w) for a in arguments(s, domain) for w in ranks]
     if domain == "request":
         return [(r,) for r in s.page_keys]
     if domain == "page_host":
@@ -260,7 +309,7 @@ def arguments(s: ProtocolState, domain: Domain) -> list[tuple[Any, ...]]:
     if domain == "host_block":
         return [(h,) for h in hosts]
     if domain == "transfer":
-        return [(tid,) for tid in s.down]
+        return [(tid,) for w in s.down for tid in w]
     return [()]
 
 

@@ -29,6 +29,32 @@ class UnknownTransfer(ProtocolError):
         self.reason = reason
 
 
+class UnknownRank(ProtocolError):
+    """A worker meta or loss report names a rank the protocol does not have."""
+
+    def __init__(self, rank: int, ranks: int) -> None:
+        super().__init__(f"rank {rank!r} is not one of the tensor-parallel ranks 0..{ranks - 1}")
+        self.rank = rank
+        self.ranks = ranks
+
+
+class RepeatedAck(UnknownTransfer):
+    """A rank acknowledges a transfer it already acknowledged (the same direction)."""
+
+    def __init__(self, transfer_id: int, rank: int, what: str) -> None:
+        super().__init__(transfer_id, f"rank {rank} already reported it {what}")
+        self.rank = rank
+
+
+class AckNotOwed(UnknownTransfer):
+    """A rank acknowledges an open transfer it owes no (more) acknowledgement for: a
+    reader's completed ack, or an ack after that rank's loss dropped its command."""
+
+    def __init__(self, transfer_id: int, rank: int, reason: str) -> None:
+        super().__init__(transfer_id, f"rank {rank} owes no such ack: {reason}")
+        self.rank = rank
+
+
 class InvariantViolation(ProtocolError):
     """A safety invariant of tla/HiSparse.tla does not hold; ``name`` is its TLA+ name."""
 

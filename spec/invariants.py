@@ -57,14 +57,29 @@ def TypeOK(s: ProtocolState) -> Problems:
         sp = s.spill[h]
         if sp is not None and (not 0 <= sp.src < g_n or bad_page(sp.page)):
             out.append(f"host block {h} has a malformed spill {sp}")
-        if bad_data(s.host_data[h]) or bad_data(s.copying[h] or EMPTY):
-            out.append(f"host block {h} holds {s.host_data[h]!r}")
+        for b, pool in s.host_data.items():
+            if bad_data(pool[h]):
+                out.append(f"host block {h} of pool {b} holds {pool[h]!r}")
+        for w, copying in enumerate(s.copying):
+            if bad_data(copying[h] or EMPTY):
+                out.append(f"rank {w} copies {copying[h]!r} into host block {h}")
     for k, hs in s.prefix.items():
         if any(not 0 <= h < h_n for h in hs):
             out.append(f"prefix index of {k} names blocks {sorted(hs)}")
-    for t in s.down.values():
-        if not (0 <= t.src < g_n and 0 <= t.dst < h_n):
-            out.append(f"transfer {t} has out-of-range coordinates")
+    for down in s.down:
+        for t in down.values():
+            if not (0 <= t.src < g_n and 0 <= t.dst < h_n):
+                out.append(f"transfer {t} has out-of-range coordinates")
+    cfg = s.config
+    if set(s.host_data) != set(cfg.copiers):
+        out.append(f"host pools {sorted(s.host_data)} are not the copiers {cfg.copiers}")
+    ranks = range(cfg.ranks)
+    for h, sp in enumerate(s.spill):
+        if sp is not None and not (sp.enq | sp.need) <= set(ranks):
+            out.append(f"host block {h}'s transfer names ranks outside 0..{cfg.ranks - 1}")
+    for w, waits in enumerate(s.waits):
+        if any(not 0 <= h < h_n for h in waits):
+            out.append(f"rank {w} waits on blocks {sorted(waits)}")
     return out
 
 
@@ -129,9 +144,12 @@ def PublishedDataCorrect(s: ProtocolState) -> Problems:
                     f"prefix index maps {k} to host block {h} "
                     f"({s.host_state[h]}, claims {s.host_key[h]})"
                 )
-    for h, st in enumerate(s.host_state):
-        if st == "valid" and s.host_data[h] != s.host_key[h]:
-            out.append(f"host block {h} claims {s.host_key[h]} but holds {s.host_data[h]!r}")
+    for b, data in s.host_data.items():
+        for h, st in enumerate(s.host_state):
+            if st == "valid" and data[h] != s.host_key[h]:
+                out.append(
+                    f"host block {h} claims {s.host_key[h]} but holds {data[h]!r} in pool {b}"
+                )
     return out
 
 
@@ -152,11 +170,12 @@ def LivePagesReadable(s: ProtocolState) -> Problems:
                 out.append(f"page {p} on GPU {g}: owner {s.gpu_owner[g]}, holds {s.gpu_data[g]!r}")
         else:
             h = where[1]
-            if s.host_state[h] == "free" or s.stream_host_data(h) != key:
-                out.append(
-                    f"page {p} on host {h}: {s.host_state[h]}, "
-                    f"holds {s.stream_host_data(h)!r}, expected {key!r}"
-                )
+            if s.host_state[h] == "free":
+                out.append(f"page {p} on host {h}, which is free")
+            for w in range(s.config.ranks):
+                seen = s.stream_host_data(w, h)
+                if seen != key:
+                    out.append(f"page {p} on host {h}: rank {w} reads {seen!r}, expected {key!r}")
     return out
 
 

@@ -18,7 +18,13 @@ from types import MethodType
 from typing import Any, cast
 
 from hisparse.spec.catalogue import variant
-from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
+from hisparse.spec.errors import (
+    AckNotOwed,
+    ActionNotEnabled,
+    RepeatedAck,
+    UnknownRank,
+    UnknownTransfer,
+)
 from hisparse.spec.invariants import check_invariants
 from hisparse.spec.lifecycle import HOST_PAGE, REQUEST, TRANSFER
 from hisparse.spec.observe import ACTION_WRITES, Observer
@@ -74,6 +80,10 @@ class ProtocolMachine:
             v = variant(config.bug)
             setattr(self, v.step, MethodType(v.impl, self))
         self.invariant_checks = 0
+        # the spec's Ranks and Copiers, and {w} per rank (built once: acks test them)
+        self.everyone = frozenset(range(config.ranks))
+        self.copiers = frozenset(config.copiers)
+        self._one = [frozenset((w,)) for w in range(config.ranks)]
         # every request ever declared, only while recording: a trace's header names them all
         self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
 
@@ -204,6 +214,11 @@ class ProtocolMachine:
         if not 0 <= h < self.state.config.host_blocks:
             raise ActionNotEnabled(action, f"host block {h} out of range")
 
+    def _rank(self, action: str, w: int) -> None:
+        """Refuse a rank the protocol does not have (``action`` is not enabled for it)."""
+        if not (type(w) is int and 0 <= w < self.state.config.ranks):
+            raise UnknownRank(w, self.state.config.ranks)
+
     def _gpu(self, action: str, g: int) -> None:
         if not 0 <= g < self.state.config.gpu_blocks:
             raise ActionNotEnabled(action, f"GPU block {g} out of range")
@@ -309,8 +324,10 @@ class ProtocolMachine:
         s.next_transfer_id += 1
         self._host_to(h, "lease")
         s.host_key[h] = s.key_of(p)
-        self._set_spill(h, Spill(g, p, "sent", tid))
-        s.down[tid] = Transfer(tid, g, h)
+        self._set_spill(h, Spill(g, p, "sent", tid, frozenset(), self.everyone))
+        t = Transfer(tid, g, h)
+        for down in s.down:  # the same command to every rank
+            down[tid] = t
         self._pin_source(p, g, h)
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"page": [p[0], p[1]], "host_block": h})
@@ -340,31 +357,78 @@ class ProtocolMachine:
             raise ActionNotEnabled(a, f"GPU block {where[1]} is already pinned by a transfer")
         return where
 
-    def ConsumeMeta(self) -> None:
-        """Consume the oldest worker meta: enqueued IDs first, then completed IDs."""
+    def ConsumeMeta(self, w: int = 0) -> None:
+        """Consume rank w's oldest worker meta: enqueued IDs first, then completed IDs."""
         s, a = self.state, "ConsumeMeta"
-        if not s.up:
-            raise ActionNotEnabled(a, "no worker meta to consume")
-        meta = s.up[0]
-        enq = self._resolve_ids(meta.enqueued, "sent", set()) if meta.enqueued else []
-        done = self._completed_hosts(meta, set(enq))
-        s.up.popleft()
-        self._apply_meta(enq, done)
+        if not 0 <= w < len(s.up):
+            self._rank(a, w)  # raises
+        up = s.up[w]
+        if not up:
+            raise ActionNotEnabled(a, f"no worker meta of rank {w} to consume")
+        meta = up[0]
+        enq = self._resolve_ids(meta.enqueued, "sent", set(), w) if meta.enqueued else []
+        done = self._completed_hosts(meta, set(enq), w)
+        up.popleft()
+        self._apply_meta(w, enq, done)
         if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done(a, {})
+            self._done(a, {"rank": w})
 
-    def _completed_hosts(self, meta: Meta, enqueued_now: set[int]) -> list[int]:
-        """The destinations of the meta's completed IDs, each past its enqueued ack."""
+    def _completed_hosts(self, meta: Meta, enqueued_now: set[int], w: int) -> list[int]:
+        """The destinations of the meta's completed IDs, each past rank w's enqueued ack."""
         if not meta.completed:
             return []
-        return self._resolve_ids(meta.completed, "enqueued", enqueued_now)
+        return self._resolve_ids(meta.completed, "enqueued", enqueued_now, w)
 
-    def _apply_meta(self, enq: list[int], done: list[int]) -> None:
-        """Enqueued acks first, then completed acks (the spec's ConsumeMeta)."""
+    def _apply_meta(self, w: int, enq: list[int], done: list[int]) -> None:
+        """The spec's ConsumeMeta(w): rank w's enqueued acks first (a transfer every rank
+        enqueued moves to the host and releases its source), then its completed acks; a
+        transfer no rank owes an ack for any more closes."""
+        s = self.state
+        spill, one, everyone = s.spill, self._one[w], self.everyone
+        reader = w not in self.copiers  # a reader's enqueued ack is its last
+        first: list[int] = []  # the spec's E0: acked while sent
+        full: list[int] = []  # E: every rank's enqueued ack consumed
         for h in enq:
+            sp = spill[h]
+            assert sp is not None  # an open transfer (_resolve_ids)
+            if sp.phase == "sent":
+                first.append(h)
+                sp = sp._replace(enq=sp.enq | one)
+                if sp.enq == everyone:
+                    full.append(h)
+            if reader:
+                sp = sp._replace(need=sp.need - one)
+            spill[h] = sp  # (_set_spill's phase-change case: no index changes)
+        for h in self._released_sources(first, full):
+            self._release_source(h)
+        for h in full:
             self._after_enqueued(h)
         for h in done:
-            self._after_completed(h)
+            sp = spill[h]
+            assert sp is not None
+            spill[h] = sp._replace(need=sp.need - one)
+        closing = enq if not done else list(dict.fromkeys(enq + done))
+        early = set(done) if done else ()
+        for h in closing:
+            sp = spill[h]
+            if sp is not None and sp.phase != "sent" and (
+                not sp.need or (h in early and self._closes_early(h))
+            ):
+                self._close(h)
+        if full:
+            self._published_at_enqueued(full)
+
+    def _released_sources(self, first: list[int], full: list[int]) -> list[int]:
+        """The transfers whose GPU source goes back to HMA in this meta: those every rank
+        has enqueued (stream order on every rank makes the reuse safe)."""
+        return full
+
+    def _closes_early(self, h: int) -> bool:
+        """Whether a completed ack closes transfer h while other ranks still owe acks: never."""
+        return False
+
+    def _published_at_enqueued(self, full: list[int]) -> None:
+        """A page is published at its close, never at its enqueued acks."""
 
     def open_transfer(self, tid: int) -> int | None:
         """The destination host block of open transfer ``tid``; None if it is not open."""
@@ -374,34 +438,67 @@ class ProtocolMachine:
         sp = self.state.spill[h]
         return h if sp is not None and sp.transfer_id == tid else None
 
-    def check_report(self, enqueued: Sequence[int], completed: Sequence[int]) -> None:
-        """Raise unless WorkerEnqueue (each of ``enqueued``), WorkerComplete (each of
-        ``completed``), WorkerReport and ConsumeMeta would all be enabled in turn: a
+    def check_report(
+        self, enqueued: Sequence[int], completed: Sequence[int], w: int = 0
+    ) -> None:
+        """Raise unless rank w's WorkerEnqueue (each of ``enqueued``), WorkerComplete (each
+        of ``completed``), WorkerReport and ConsumeMeta would all be enabled in turn: a
         worker meta is checked whole before any of it is applied. O(its IDs)."""
         s = self.state
-        if s.up or s.w_enq or s.w_done:
+        if not (type(w) is int and 0 <= w < len(s.up)):
+            raise UnknownRank(w, s.config.ranks)
+        if s.up[w] or s.w_enq[w] or s.w_done[w]:
             raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
         if len(enqueued) > 1:
             _refuse_repeats(enqueued)
         if len(completed) > 1:
             _refuse_repeats(completed)
-        down = s.down
+        down = s.down[w]
         for tid in enqueued:
             if tid not in down:
-                raise UnknownTransfer(tid, "enqueued ack for a transfer not awaiting one")
+                self._refuse_enqueued(tid, w)  # raises
+            if w not in self.copiers and not self._reader_may_enqueue(down[tid]):
+                raise ActionNotEnabled(
+                    "WorkerEnqueue", f"rank {w} acks transfer {tid} before the writer took it"
+                )
         if completed:
             enq = set(enqueued)
+            copying = s.copying_tid[w]
             for tid in completed:
                 h = self.open_transfer(tid)
                 if h is None:
                     raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
-                if not (tid in enq or s.copying_tid.get(h) == tid):
-                    raise UnknownTransfer(tid, "completed ack before its enqueued ack")
+                if not ((tid in enq and w in self.copiers) or copying.get(h) == tid):
+                    self._refuse_completed(tid, h, w, tid in enq)  # raises
+
+    def _refuse_enqueued(self, tid: int, w: int) -> None:
+        """Why rank w may not ack open-or-not transfer ``tid`` as enqueued (always raises)."""
+        h = self.open_transfer(tid)
+        sp = self.state.spill[h] if h is not None else None
+        if sp is None:
+            raise UnknownTransfer(tid, "enqueued ack for a transfer that is not open")
+        if w in sp.enq:
+            raise RepeatedAck(tid, w, "enqueued")
+        raise AckNotOwed(tid, w, "its command was dropped by its loss")
+
+    def _refuse_completed(self, tid: int, h: int, w: int, enqueued_now: bool) -> None:
+        """Why rank w may not ack open transfer ``tid`` (into h) as completed (raises)."""
+        sp = self.state.spill[h]
+        assert sp is not None
+        if w not in self.copiers:
+            raise AckNotOwed(tid, w, "a reader of the shared pool copies nothing")
+        if w in sp.enq and w not in sp.need:
+            raise RepeatedAck(tid, w, "completed")
+        if w not in sp.enq and not enqueued_now and tid not in self.state.down[w]:
+            raise AckNotOwed(tid, w, "no copy of it runs on that rank")
+        raise UnknownTransfer(tid, "completed ack before its enqueued ack")
 
     def _resolve_ids(
-        self, ids: Sequence[int], phase: str | None, enqueued_now: set[int]
+        self, ids: Sequence[int], phase: str | None, enqueued_now: set[int], w: int = 0
     ) -> list[int]:
-        """Map ack IDs to host blocks, refusing unknown, stale and out-of-order IDs."""
+        """Map rank w's ack IDs to host blocks, refusing unknown, stale, out-of-order IDs
+        and acks rank w does not owe. ``phase``: "sent" for enqueued acks (rank w has not
+        enqueued it yet), "enqueued" for completed acks (rank w has), None: only open."""
         s = self.state
         out: list[int] = []
         if len(ids) > 1:
@@ -412,26 +509,41 @@ class ProtocolMachine:
             sp = spill[h] if h is not None else None
             if h is None or sp is None or sp.transfer_id != tid:
                 raise UnknownTransfer(tid, "not an open transfer")
-            ok = phase is None or sp.phase == phase or (
-                phase == "enqueued" and (h in enqueued_now or sp.phase == "abandoned")
-            )
+            if phase == "sent":
+                ok = sp.phase != "enqueued" and w not in sp.enq
+            elif phase == "enqueued":
+                ok = w in sp.need and (
+                    sp.phase != "sent" or w in sp.enq or h in enqueued_now
+                )
+            else:
+                ok = True
             if not ok:
-                raise UnknownTransfer(tid, f"ack out of order: transfer is {sp.phase}")
+                raise UnknownTransfer(
+                    tid, f"ack out of order from rank {w}: transfer is {sp.phase}"
+                )
             out.append(h)
         return out
 
     def _after_enqueued(self, h: int) -> None:
+        """Every rank enqueued transfer h: its block-table entry moves to the host."""
         s = self.state
         sp = s.spill[h]
         assert sp is not None
         TRANSFER.next(sp.phase, "enqueued_ack")
-        g, p = sp.src, sp.page
+        p = sp.page
         if s.req[p[0]] == "running":
             self._set_loc(p, self._moved_entry(h))
+        s.spill[h] = sp._replace(phase="enqueued")  # (_set_spill's phase-change case)
+
+    def _release_source(self, h: int) -> None:
+        """Transfer h's GPU source goes back to HMA with its pin."""
+        s = self.state
+        sp = s.spill[h]
+        assert sp is not None
+        g = sp.src
         self._own(g, None)
         s.gpu_data[g] = GARBAGE
         self._unpin(g)
-        self._set_spill(h, Spill(g, p, "enqueued", sp.transfer_id))
 
     def _moved_entry(self, h: int) -> Loc:
         """The block-table entry of a page whose enqueued ack moved it to host block h."""
@@ -441,7 +553,9 @@ class ProtocolMachine:
         """The enqueued ack releases the source pin with the resident lease."""
         self.state.src_pin[g] = False
 
-    def _after_completed(self, h: int) -> None:
+    def _close(self, h: int) -> None:
+        """No rank owes an ack for transfer h: publish its page, or (an aborted request's,
+        an abandoned transfer's) free its destination."""
         s = self.state
         sp = s.spill[h]
         assert sp is not None
@@ -457,7 +571,12 @@ class ProtocolMachine:
         s = self.state
         self._host_to(h, "discard")
         s.host_key[h] = None
-        s.host_data[h] = GARBAGE
+        self._scribble(h)
+
+    def _scribble(self, h: int) -> None:
+        """Host block h, handed back to the pool, is overwritten in every physical pool."""
+        for data in self.state.host_data.values():
+            data[h] = GARBAGE
 
     def _publish(self, h: int) -> None:
         s = self.state
@@ -528,7 +647,7 @@ class ProtocolMachine:
         self._host_to(h, "evict")
         s.host_key[h] = None
         self._unindex(h, k)
-        s.host_data[h] = GARBAGE
+        self._scribble(h)
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"host_block": h})
 
@@ -578,84 +697,125 @@ class ProtocolMachine:
 
     # -- worker actions ---------------------------------------------------
 
-    def _take(self, action: str, transfer_id: int) -> Transfer:
-        t = self.state.down.get(transfer_id)
+    def _take(self, action: str, transfer_id: int, w: int) -> Transfer:
+        s = self.state
+        if not 0 <= w < len(s.down):
+            self._rank(action, w)  # raises
+        t = s.down[w].get(transfer_id)
         if t is None:
-            raise UnknownTransfer(transfer_id, f"{action}: no such command in flight")
+            raise UnknownTransfer(transfer_id, f"{action}: no such command in flight to rank {w}")
         return t
 
-    def WorkerEnqueue(self, transfer_id: int) -> None:
-        """Enqueue the copy; it carries the source bytes as of its stream position."""
-        s = self.state
-        t = s.down.pop(transfer_id, None)
-        if t is None:
-            t = self._take("WorkerEnqueue", transfer_id)  # raises: no such command
-        s.copying[t.dst] = s.gpu_data[t.src]
-        s.copying_tid[t.dst] = transfer_id
-        s.w_enq.append(transfer_id)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done("WorkerEnqueue", {"src": t.src, "dst": t.dst})
+    def _reader_may_enqueue(self, t: Transfer) -> bool:
+        """A reader of a shared pool takes a command once the writer has (its event exists)."""
+        return not self._reader_orders_after_writer() or (
+            t.transfer_id not in self.state.down[self.state.config.writer]
+        )
 
-    def WorkerDrop(self, transfer_id: int) -> None:
-        """Injected defect only: the worker loses a received command."""
+    def _reader_orders_after_writer(self) -> bool:
+        """A reader's stream waits on the writer's copy event before it acks."""
+        return True
+
+    def WorkerEnqueue(self, transfer_id: int, w: int = 0) -> None:
+        """Rank w takes a command. A copier enqueues the copy, which carries the source
+        bytes as of its stream position; a reader of a shared pool orders its stream after
+        the writer's copy event (``waits``) while that copy is in flight."""
+        s, a = self.state, "WorkerEnqueue"
+        down = s.down[w] if 0 <= w < len(s.down) else None
+        t = down.pop(transfer_id, None) if down is not None and w in self.copiers else None
+        if t is not None:  # the common case: a copier's command
+            s.copying[w][t.dst] = s.gpu_data[t.src]
+            s.copying_tid[w][t.dst] = transfer_id
+        else:
+            t = self._take(a, transfer_id, w)  # raises unless a reader's command
+            if not self._reader_may_enqueue(t):
+                raise ActionNotEnabled(a, f"rank {w} reads; the writer has not taken {t}")
+            del s.down[w][transfer_id]
+            writer = s.config.writer
+            if self._reader_orders_after_writer() and s.copying[writer][t.dst] is not None:
+                s.waits[w].add(t.dst)
+        s.w_enq[w].append(transfer_id)
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {"src": t.src, "dst": t.dst, "rank": w})
+
+    def WorkerDrop(self, transfer_id: int, w: int = 0) -> None:
+        """Injected defect only: rank w loses a received command."""
         if not self._worker_may_drop():
             raise ActionNotEnabled("WorkerDrop", "a correct worker never drops a command")
-        t = self._take("WorkerDrop", transfer_id)
-        del self.state.down[transfer_id]
+        t = self._take("WorkerDrop", transfer_id, w)
+        del self.state.down[w][transfer_id]
         if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done("WorkerDrop", {"src": t.src, "dst": t.dst})
+            self._done("WorkerDrop", {"src": t.src, "dst": t.dst, "rank": w})
 
     def _worker_may_drop(self) -> bool:
         """WorkerDrop's guard: only an injected bug enables it."""
         return False
 
-    def WorkerComplete(self, h: int) -> None:
-        """The copy into host block h reaches its event: the bytes land."""
+    def WorkerComplete(self, h: int, w: int = 0) -> None:
+        """Rank w's copy into host block h reaches its event: the bytes land in its pool,
+        and reader streams waiting on that event are released."""
         s, a = self.state, "WorkerComplete"
+        if not 0 <= w < len(s.copying):
+            self._rank(a, w)  # raises
         if not 0 <= h < s.config.host_blocks:
             self._host(a, h)  # raises
-        data = s.copying[h]
+        copying = s.copying[w]
+        data = copying[h]
         if data is None:
-            raise ActionNotEnabled(a, f"no copy in flight into host block {h}")
-        s.host_data[h] = data
-        s.copying[h] = None
-        s.w_done.append(s.copying_tid.pop(h))
+            raise ActionNotEnabled(a, f"no copy in flight into host block {h} on rank {w}")
+        s.host_data[w][h] = data
+        copying[h] = None
+        s.w_done[w].append(s.copying_tid[w].pop(h))
+        for waits in s.waits:
+            if waits:
+                waits.discard(h)
         if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done(a, {"host_block": h})
+            self._done(a, {"host_block": h, "rank": w})
 
-    def WorkerReport(self) -> Meta:
-        """Report every pending ack in one meta (one meta in flight at a time)."""
+    def WorkerReport(self, w: int = 0) -> Meta:
+        """Rank w reports every pending ack in one meta (one meta in flight per rank)."""
         s, a = self.state, "WorkerReport"
-        if s.up:
-            raise ActionNotEnabled(a, "a worker meta is still in flight")
-        if not s.w_enq and not s.w_done:
-            raise ActionNotEnabled(a, "nothing to report")
-        meta = Meta(tuple(s.w_enq), tuple(s.w_done))
-        s.up.append(meta)
-        s.w_enq.clear()
-        s.w_done.clear()
+        if not 0 <= w < len(s.up):
+            self._rank(a, w)  # raises
+        if s.up[w]:
+            raise ActionNotEnabled(a, f"a worker meta of rank {w} is still in flight")
+        w_enq, w_done = s.w_enq[w], s.w_done[w]
+        if not w_enq and not w_done:
+            raise ActionNotEnabled(a, f"rank {w} has nothing to report")
+        meta = Meta(tuple(w_enq), tuple(w_done))
+        s.up[w].append(meta)
+        w_enq.clear()
+        w_done.clear()
         if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done(a, {})
+            self._done(a, {"rank": w})
         return meta
 
-    def WorkerLoss(self) -> LossOutcome:
-        """The worker restarted or a metadata message was lost; recover in the same step.
+    def WorkerLoss(self, w: int = 0) -> LossOutcome:
+        """Rank w's worker restarted or a metadata message to or from it was lost; recover
+        in the same step.
 
-        Commands not taken, acks not reported and a meta in transit are gone; copies in
-        the stream (``copying``) keep running. Costs O(open transfers).
+        Its commands not taken, acks not reported and meta in transit are gone; copies in
+        its stream (``copying``) keep running. A transfer not yet enqueued on every rank is
+        abandoned (its source unpinned); rank w owes no ack any more unless its copy may
+        still run; a transfer no rank owes an ack for closes. Costs O(open transfers).
         """
-        s = self.state
-        s.down.clear()
-        s.up.clear()
-        s.w_enq.clear()
-        s.w_done.clear()
+        s, a = self.state, "WorkerLoss"
+        if not 0 <= w < len(s.down):
+            self._rank(a, w)  # raises
+        s.down[w].clear()
+        s.up[w].clear()
+        s.w_enq[w].clear()
+        s.w_done[w].clear()
+        copying, one = s.copying[w], self._one[w]
         out = LossOutcome()
         for h in sorted(s.open_spills):
             sp = s.spill[h]
             assert sp is not None
-            busy = s.copying[h] is not None
+            busy = copying[h] is not None
+            need = sp.need if busy else sp.need - one
             r = sp.page[0]
-            if sp.phase == "sent":
+            sent = sp.phase == "sent"
+            if sent:
                 s.src_pin[sp.src] = False
                 out.unpinned.append(sp.src)
                 if s.req[r] in ("finished", "aborted"):
@@ -664,15 +824,12 @@ class ProtocolMachine:
                     out.returned.append(sp.src)
                 elif s.req[r] == "running":
                     out.resident.append(sp.page)
-                if busy and self._loss_waits_for_busy():
+            if need and (not sent or self._loss_waits_for_busy()):  # still owed: stays open
+                if sent:
                     TRANSFER.next(sp.phase, "lost_running")
-                    self._set_spill(h, sp._replace(phase="abandoned"))
-                    continue
-                publish = self._loss_publishes_sent(busy)
-            elif busy:  # past its enqueued ack (or abandoned) and still copying: wait
+                s.spill[h] = sp._replace(need=need, phase="abandoned" if sent else sp.phase)
                 continue
-            else:
-                publish = sp.phase == "enqueued"  # landed; only its completed ack was lost
+            publish = self._loss_publishes_sent(busy) if sent else sp.phase == "enqueued"
             TRANSFER.next(sp.phase, "lost_idle")
             self._set_spill(h, None)
             if publish and s.req[r] != "aborted":
@@ -682,7 +839,7 @@ class ProtocolMachine:
                 self._discard(h)
                 out.freed.append(h)
         if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done("WorkerLoss", {})
+            self._done(a, {"rank": w})
         return out
 
     def _loss_waits_for_busy(self) -> bool:
@@ -700,15 +857,17 @@ class ProtocolMachine:
         """The fair worker/consumer actions enabled now (used to drain in tests)."""
         s = self.state
         out: list[tuple[str, Callable[[], object]]] = []
-        for tid in list(s.down):
-            out.append(("WorkerEnqueue", partial(self.WorkerEnqueue, tid)))
-        for h, c in enumerate(s.copying):
-            if c is not None:
-                out.append(("WorkerComplete", partial(self.WorkerComplete, h)))
-        if not s.up and (s.w_enq or s.w_done):
-            out.append(("WorkerReport", self.WorkerReport))
-        if s.up:
-            out.append(("ConsumeMeta", self.ConsumeMeta))
+        for w in range(s.config.ranks):
+            for tid, t in list(s.down[w].items()):
+                if w in self.copiers or self._reader_may_enqueue(t):
+                    out.append(("WorkerEnqueue", partial(self.WorkerEnqueue, tid, w)))
+            for h, c in enumerate(s.copying[w]):
+                if c is not None:
+                    out.append(("WorkerComplete", partial(self.WorkerComplete, h, w)))
+            if not s.up[w] and (s.w_enq[w] or s.w_done[w]):
+                out.append(("WorkerReport", partial(self.WorkerReport, w)))
+            if s.up[w]:
+                out.append(("ConsumeMeta", partial(self.ConsumeMeta, w)))
         for r, st in s.req.items():
             if st in ("finished", "aborted") and self.retire_refusal(r) is None:
                 out.append(("Retire", partial(self.Retire, r)))

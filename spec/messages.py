@@ -23,11 +23,16 @@ class _Wire(BaseModel):
 
 
 class SparseKVPageTransfer(_Wire):
-    """One GPU-to-host page copy: its ID and physical coordinates, no request identity."""
+    """One GPU-to-host page copy: its ID and physical coordinates, no request identity.
+
+    The same connector metadata goes to every tensor-parallel rank; ``ranks`` names the
+    ranks that take this command when not all do (a rank's loss dropped it for that
+    rank before it was handed over), None: every rank."""
 
     transfer_id: int = Field(ge=0)
     src_gpu_block: BlockId = Field(ge=0)
     dst_host_block: BlockId = Field(ge=0)
+    ranks: tuple[int, ...] | None = None
 
 
 class BlockTableReplacement(_Wire):
@@ -56,10 +61,12 @@ class HiSparseConnectorMetadata(_Wire):
 
 
 class HiSparseWorkerMeta(_Wire):
-    """Worker → scheduler: transfer IDs enqueued on the stream and completed since last report."""
+    """Worker → scheduler: transfer IDs enqueued on the stream and completed since last report,
+    by tensor-parallel rank ``rank`` (0-based; every rank reports its own)."""
 
     enqueued: tuple[int, ...] = ()
     completed: tuple[int, ...] = ()
+    rank: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _unique(self) -> HiSparseWorkerMeta:

@@ -2,7 +2,10 @@
 
 ``encode`` gives a variable's full value (sentinels as ``null``); ``Observer`` gives
 the ``post`` of the public trace format (spec/trace.py): only the entries a step
-changed, so a trace grows with the work done, not with the state's size.
+changed, so a trace grows with the work done, not with the state's size. A variable
+indexed by rank (``RANKED``) is an object keyed by rank: the ranks a step changed,
+each with its whole value, or (``NESTED``: ``copying``, ``hostData``) its changed
+entries.
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hisparse.spec.catalogue import CATALOGUE
-from hisparse.spec.state import Loc, Page, ProtocolState
+from hisparse.spec.catalogue import CATALOGUE, RANKED_VARIABLES
+from hisparse.spec.state import Loc, Page, ProtocolState, Spill
 
 JSON = Any
 
@@ -24,6 +27,44 @@ def _hosts(s: ProtocolState, tids: list[int] | tuple[int, ...]) -> list[int]:
     return sorted({s.transfer_dst[t] for t in tids})
 
 
+def _spill(sp: Spill | None) -> JSON:
+    if sp is None:
+        return None
+    return {
+        "src": sp.src, "page": _page(sp.page), "phase": sp.phase,
+        "enq": sorted(sp.enq), "need": sorted(sp.need),
+    }
+
+
+# The whole value of one rank's part of a rank-indexed variable.
+RANK_ENCODERS: dict[str, Callable[[ProtocolState, int], JSON]] = {
+    "down": lambda s, w: sorted(
+        ({"src": t.src, "dst": int(t.dst)} for t in s.down[w].values()),
+        key=lambda d: (d["src"], d["dst"]),
+    ),
+    "up": lambda s, w: [
+        {"enq": _hosts(s, m.enqueued), "done": _hosts(s, m.completed)} for m in s.up[w]
+    ],
+    "copying": lambda s, w: list(s.copying[w]),
+    "waits": lambda s, w: sorted(int(h) for h in s.waits[w]),
+    "wEnq": lambda s, w: _hosts(s, s.w_enq[w]),
+    "wDone": lambda s, w: _hosts(s, s.w_done[w]),
+    "hostData": lambda s, w: list(s.host_data[w]),
+}
+RANKED: tuple[str, ...] = RANKED_VARIABLES
+NESTED: tuple[str, ...] = ("copying", "hostData")  # functions of host blocks per rank
+
+
+def _domain(s: ProtocolState, var: str) -> list[int]:
+    """The ranks a rank-indexed variable is defined on (``hostData``: the copiers)."""
+    return sorted(s.host_data) if var == "hostData" else list(range(s.config.ranks))
+
+
+def _ranked(var: str) -> Callable[[ProtocolState], JSON]:
+    enc = RANK_ENCODERS[var]
+    return lambda s: {w: enc(s, w) for w in _domain(s, var)}
+
+
 ENCODERS: dict[str, Callable[[ProtocolState], JSON]] = {
     "req": lambda s: dict(s.req),
     "loc": lambda s: [
@@ -34,22 +75,9 @@ ENCODERS: dict[str, Callable[[ProtocolState], JSON]] = {
     "hostState": lambda s: list(s.host_state),
     "hostKey": lambda s: list(s.host_key),
     "prefix": lambda s: {k: sorted(int(h) for h in hs) for k, hs in s.prefix.items()},
-    "spill": lambda s: [
-        None if sp is None else {"src": sp.src, "page": _page(sp.page), "phase": sp.phase}
-        for sp in s.spill
-    ],
-    "down": lambda s: sorted(
-        ({"src": t.src, "dst": int(t.dst)} for t in s.down.values()),
-        key=lambda d: (d["src"], d["dst"]),
-    ),
-    "up": lambda s: [
-        {"enq": _hosts(s, m.enqueued), "done": _hosts(s, m.completed)} for m in s.up
-    ],
-    "copying": lambda s: list(s.copying),
-    "wEnq": lambda s: _hosts(s, s.w_enq),
-    "wDone": lambda s: _hosts(s, s.w_done),
+    "spill": lambda s: [_spill(sp) for sp in s.spill],
+    **{v: _ranked(v) for v in RANKED},
     "gpuData": lambda s: list(s.gpu_data),
-    "hostData": lambda s: list(s.host_data),
 }
 
 # The variables each action writes (those not in its UNCHANGED clause), its injected
@@ -62,11 +90,11 @@ def encode(s: ProtocolState, var: str) -> JSON:
     return ENCODERS[var](s)
 
 
-# Function-valued variables are recorded as changed entries; the rest (sets and the
-# ``up`` sequence, all small) whole.
+# Function-valued variables are recorded as changed entries (a rank-indexed one: the
+# changed ranks); the rest (sets and sequences, all small) whole.
 DELTA_VARS: tuple[str, ...] = (
     "req", "loc", "gpuOwner", "srcPin", "hostState", "hostKey", "prefix", "spill",
-    "copying", "gpuData", "hostData",
+    *RANKED, "gpuData",
 )
 _LISTS: dict[str, Callable[[ProtocolState], list[Any]]] = {
     "gpuOwner": lambda s: s.gpu_owner,
@@ -74,18 +102,14 @@ _LISTS: dict[str, Callable[[ProtocolState], list[Any]]] = {
     "hostState": lambda s: s.host_state,
     "hostKey": lambda s: s.host_key,
     "spill": lambda s: s.spill,
-    "copying": lambda s: s.copying,
     "gpuData": lambda s: s.gpu_data,
-    "hostData": lambda s: s.host_data,
 }
 _ENTRY: dict[str, Callable[[Any], JSON]] = {
     "gpuOwner": _page,
     "srcPin": bool,
     "hostState": str,
     "hostKey": lambda k: k,
-    "spill": lambda sp: None if sp is None else {
-        "src": sp.src, "page": _page(sp.page), "phase": sp.phase
-    },
+    "spill": _spill,
     "copying": lambda k: k,
     "gpuData": str,
     "hostData": str,
@@ -129,6 +153,11 @@ class Observer:
     def _raw(s: ProtocolState, var: str) -> Any:
         if var in _LISTS:
             return list(_LISTS[var](s))
+        if var in NESTED:
+            lists = s.copying if var == "copying" else s.host_data
+            return {w: list(lists[w]) for w in _domain(s, var)}
+        if var in RANKED:
+            return _ranked(var)(s)
         if var == "req":
             return dict(s.req)
         if var == "loc":
@@ -141,6 +170,16 @@ class Observer:
         if var in _LISTS:
             entry = _ENTRY[var]
             return {i: entry(new[i]) for i in _changed_indices(old, new)}
+        if var in NESTED:
+            entry = _ENTRY[var]
+            out = {}
+            for w, values in new.items():
+                changed = _changed_indices(old[w], values)
+                if changed:
+                    out[w] = {i: entry(values[i]) for i in changed}
+            return out
+        if var in RANKED:
+            return {w: v for w, v in new.items() if old[w] != v}
         if var == "req":
             return {r: new.get(r, "new") for r in _changed_keys(old, new, "new")}
         if var == "loc":

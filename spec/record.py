@@ -28,6 +28,9 @@ def machine_trace(m: ProtocolMachine) -> Trace:
         host_blocks=cfg.host_blocks,
         host_pool_bytes=cfg.host_pool_bytes,
         host_block_bytes=cfg.host_block_bytes,
+        ranks=cfg.ranks,
+        backing=cfg.backing,
+        writer=cfg.writer,
         bug=cfg.bug,
     )
     steps = tuple(

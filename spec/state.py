@@ -44,12 +44,17 @@ class HostBlock(int):
 
 
 class Spill(NamedTuple):
-    """The coordinator's record of an open transfer, keyed by its destination host block."""
+    """The coordinator's record of an open transfer, keyed by its destination host block.
+
+    ``enq``: the ranks whose enqueued ack was consumed; ``need``: the ranks that still
+    owe an ack (the spec's fields of the same names)."""
 
     src: int
     page: Page
     phase: Phase
     transfer_id: int
+    enq: frozenset[int] = frozenset()
+    need: frozenset[int] = frozenset()
 
 
 class Transfer(NamedTuple):
@@ -67,11 +72,17 @@ class Meta(NamedTuple):
     completed: tuple[int, ...]
 
 
+Backing = Literal["private", "shared"]
+
+
 class ProtocolConfig(BaseModel):
-    """The constants of the spec: pool sizes and the bug switch.
+    """The constants of the spec: pool sizes, tensor-parallel ranks and the bug switch.
 
     ``host_blocks`` is the universe of host block IDs; the pool's capacity is
-    ``host_pool_bytes // host_block_bytes`` (rounded down to whole blocks).
+    ``host_pool_bytes // host_block_bytes`` (rounded down to whole blocks). Ranks are
+    ``0 .. ranks-1`` here (the trace encoding maps them to the spec's ``1..W``);
+    ``backing`` says whether every rank copies into its own host pool ("private") or
+    only ``writer`` copies into one shared allocation ("shared").
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -80,10 +91,15 @@ class ProtocolConfig(BaseModel):
     host_pool_bytes: int = Field(ge=0)
     host_block_bytes: int = Field(ge=1)
     host_blocks: int = Field(default=0, ge=0, description="0 = the realized capacity")
+    ranks: int = Field(default=1, ge=1)
+    backing: Backing = "private"
+    writer: int = Field(default=0, ge=0)
     bug: str = "none"
 
     @model_validator(mode="after")
     def _universe(self) -> ProtocolConfig:
+        if self.writer >= self.ranks:
+            raise ValueError(f"writer {self.writer} is not a rank of 0..{self.ranks - 1}")
         if self.host_blocks == 0:
             object.__setattr__(self, "host_blocks", self.host_capacity)
         if self.host_blocks < 1:
@@ -97,6 +113,15 @@ class ProtocolConfig(BaseModel):
     def host_capacity(self) -> int:
         """Realized host blocks: the budget rounded down to whole blocks."""
         return self.host_pool_bytes // self.host_block_bytes
+
+    @property
+    def copiers(self) -> tuple[int, ...]:
+        """The ranks that copy GPU-to-host, one physical host pool each (the spec's Copiers)."""
+        return (self.writer,) if self.backing == "shared" else tuple(range(self.ranks))
+
+    def bank(self, w: int) -> int:
+        """The physical host pool rank ``w`` reads (the spec's Bank(w))."""
+        return self.writer if self.backing == "shared" else w
 
 
 @dataclass
@@ -116,20 +141,21 @@ class ProtocolState:
     host_key: list[Key | None] = field(default_factory=list)
     prefix: dict[Key, set[int]] = field(default_factory=dict)
     spill: list[Spill | None] = field(default_factory=list)
-    # channels
-    down: dict[int, Transfer] = field(default_factory=dict)
-    up: deque[Meta] = field(default_factory=deque)
-    # worker
-    copying: list[Key | None] = field(default_factory=list)
-    w_enq: list[int] = field(default_factory=list)
-    w_done: list[int] = field(default_factory=list)
-    # the bytes, abstractly
+    # channels, one pair per rank (indexed by rank)
+    down: list[dict[int, Transfer]] = field(default_factory=list)
+    up: list[deque[Meta]] = field(default_factory=list)
+    # workers, per rank
+    copying: list[list[Key | None]] = field(default_factory=list)
+    waits: list[set[int]] = field(default_factory=list)  # reader streams ordered after the writer
+    w_enq: list[list[int]] = field(default_factory=list)
+    w_done: list[list[int]] = field(default_factory=list)
+    # the bytes, abstractly: the GPU pool (the same on every rank), each physical host pool
     gpu_data: list[Key] = field(default_factory=list)
-    host_data: list[Key] = field(default_factory=list)
+    host_data: dict[int, list[Key]] = field(default_factory=dict)  # copier rank -> its pool
     # auxiliary (not spec variables): transfer ID allocation and lookup
     next_transfer_id: int = 0
     transfer_dst: dict[int, int] = field(default_factory=dict)
-    copying_tid: dict[int, int] = field(default_factory=dict)
+    copying_tid: list[dict[int, int]] = field(default_factory=list)  # per rank: host -> ID
     host_refs: dict[int, int] = field(default_factory=dict)  # block-table entries per host block
     host_used: int = 0  # host blocks not free (host_in_use() recomputes it for invariants)
     open_spills: set[int] = field(default_factory=set)  # host blocks h with spill[h] set
@@ -139,7 +165,7 @@ class ProtocolState:
     @classmethod
     def initial(cls, config: ProtocolConfig) -> ProtocolState:
         """The spec's Init."""
-        g, h = config.gpu_blocks, config.host_blocks
+        g, h, w = config.gpu_blocks, config.host_blocks, range(config.ranks)
         return cls(
             config=config,
             gpu_owner=[None] * g,
@@ -147,9 +173,15 @@ class ProtocolState:
             host_state=["free"] * h,
             host_key=[None] * h,
             spill=[None] * h,
-            copying=[None] * h,
+            down=[{} for _ in w],
+            up=[deque() for _ in w],
+            copying=[[None] * h for _ in w],
+            waits=[set() for _ in w],
+            w_enq=[[] for _ in w],
+            w_done=[[] for _ in w],
             gpu_data=[EMPTY] * g,
-            host_data=[EMPTY] * h,
+            host_data={b: [EMPTY] * h for b in config.copiers},
+            copying_tid=[{} for _ in w],
         )
 
     def clone(self) -> ProtocolState:
@@ -175,18 +207,22 @@ class ProtocolState:
         return sum(1 for s in self.host_state if s != "free")
 
     def in_flight(self, h: int) -> bool:
-        """h in the spec's InFlightBlocks: some command, copy or ack still names host block h."""
+        """h in the spec's InFlightBlocks: on some rank a command, copy or ack still names
+        host block h, or a transfer into h is open."""
         dst = self.transfer_dst
-        return (
-            any(t.dst == h for t in self.down.values())
-            or self.copying[h] is not None
-            or any(dst.get(t) == h for t in self.w_enq)
-            or any(dst.get(t) == h for t in self.w_done)
-            or any(dst.get(t) == h for m in self.up for t in (*m.enqueued, *m.completed))
-            or self.spill[h] is not None
+        return self.spill[h] is not None or any(
+            any(t.dst == h for t in self.down[w].values())
+            or self.copying[w][h] is not None
+            or any(dst.get(t) == h for t in self.w_enq[w])
+            or any(dst.get(t) == h for t in self.w_done[w])
+            or any(dst.get(t) == h for m in self.up[w] for t in (*m.enqueued, *m.completed))
+            for w in range(self.config.ranks)
         )
 
-    def stream_host_data(self, h: int) -> Key:
-        """The bytes a reader ordered after the worker stream sees on host block h."""
-        c = self.copying[h]
-        return c if c is not None else self.host_data[h]
+    def stream_host_data(self, w: int, h: int) -> Key:
+        """The bytes rank w's reads of host block h see (the spec's StreamHostData): a copy
+        into the pool w reads is seen once ordered before the read, always on the rank's
+        own stream, for a reader of a shared pool only through ``waits``."""
+        b = self.config.bank(w)
+        c = self.copying[b][h]
+        return c if c is not None and (b == w or h in self.waits[w]) else self.host_data[b][h]

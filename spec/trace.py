@@ -24,6 +24,8 @@ from hisparse.spec.catalogue import (
     ARG_MODELS,
     CATALOGUE,
     HostBlockArgs,
+    RankArgs,
+    RankHostBlockArgs,
     RequestArgs,
     SpillArgs,
     TransferArgs,
@@ -37,12 +39,16 @@ from hisparse.spec.tracetypes import (
     Loc,
     Name,
     Page,
+    Rank,
     ReqState,
 )
 
-FORMAT: Final = "hisparse-trace/2"
-# Older formats this version refuses with a message that says why (v1: full post-states).
-OLD_FORMATS = frozenset({"hisparse-trace/1"})
+FORMAT: Final = "hisparse-trace/3"
+# Older formats this version refuses, each with what it lacked.
+OLD_FORMATS: dict[str, str] = {
+    "hisparse-trace/1": "it recorded full post-states",
+    "hisparse-trace/2": "it had no tensor-parallel ranks",
+}
 
 # The step's action: a name of the catalogue (a Literal at run time, so the JSON Schema
 # lists them; mypy sees a plain string).
@@ -73,19 +79,25 @@ class TraceVersionError(TraceFormatError):
 
 
 class TraceHeader(Frozen):
-    """The constants of the run: requests with their page keys, pool sizes, injected bug."""
+    """The constants of the run: requests with their page keys, pool sizes, tensor-parallel
+    ranks (0-based; ``writer`` copies into a ``shared`` host pool), injected bug."""
 
     kind: Literal["header"]
-    format: Literal["hisparse-trace/2"]
+    format: Literal["hisparse-trace/3"]
     requests: dict[Name, Annotated[list[Name], Field(min_length=1)]] = Field(min_length=1)
     gpu_blocks: int = Field(ge=1)
     host_blocks: int = Field(ge=1)
     host_pool_bytes: int = Field(ge=0)
     host_block_bytes: int = Field(ge=1)
+    ranks: int = Field(default=1, ge=1)
+    backing: Literal["private", "shared"] = "private"
+    writer: Rank = 0
     bug: Name = "none"
 
     @model_validator(mode="after")
     def _no_sentinels(self) -> TraceHeader:
+        if self.writer >= self.ranks:
+            raise ValueError(f"writer {self.writer} is not a rank of 0..{self.ranks - 1}")
         for r, keys in self.requests.items():
             for name in (r, *keys):
                 if name in SENTINELS:
@@ -109,8 +121,15 @@ class TraceHeader(Frozen):
             self.host_blocks,
             self.host_pool_bytes,
             self.host_block_bytes,
+            self.ranks,
+            self.backing,
+            self.writer,
             self.bug,
         )
+
+    def copiers(self) -> list[int]:
+        """The ranks that copy, one physical host pool each (the spec's Copiers)."""
+        return [self.writer] if self.backing == "shared" else list(range(self.ranks))
 
 
 # --- per-action arguments: the catalogue's argument models ---------------------------
@@ -132,6 +151,8 @@ class SpillRecord(Frozen):
     src: BlockId
     page: Page
     phase: Literal["sent", "enqueued", "abandoned"]
+    enq: list[Rank]
+    need: list[Rank]
 
 
 class TransferRecord(Frozen):
@@ -153,10 +174,12 @@ class TracePost(Frozen):
 
     Function-valued variables give only their changed entries (possibly none): objects
     keyed by request, key or block ID (a decimal string), ``loc`` as ``[page, loc]``
-    pairs; every other entry keeps its value from before the step. ``down``, ``up``,
-    ``wEnq`` and ``wDone`` give their whole new value (sets are lists without
-    duplicates). ``null`` stands for the spec's sentinels (NoPage, NoLoc, NoKey, Idle,
-    NoSpill).
+    pairs; every other entry keeps its value from before the step. The rank-indexed
+    variables are objects keyed by rank (a decimal string, 0-based; ``hostData`` by the
+    rank that owns the physical pool) holding the changed ranks only: ``down``, ``up``,
+    ``waits``, ``wEnq`` and ``wDone`` the rank's whole new value (sets are lists without
+    duplicates), ``copying`` and ``hostData`` its changed host blocks. ``null`` stands
+    for the spec's sentinels (NoPage, NoLoc, NoKey, Idle, NoSpill).
     """
 
     req: dict[Name, ReqState] | None = None
@@ -167,13 +190,14 @@ class TracePost(Frozen):
     hostKey: dict[BlockId, Name | None] | None = None
     prefix: dict[Name, list[BlockId]] | None = None
     spill: dict[BlockId, SpillRecord | None] | None = None
-    down: list[TransferRecord] | None = None
-    up: list[WorkerMeta] | None = None
-    copying: dict[BlockId, Data | None] | None = None
-    wEnq: list[BlockId] | None = None
-    wDone: list[BlockId] | None = None
+    down: dict[Rank, list[TransferRecord]] | None = None
+    up: dict[Rank, list[WorkerMeta]] | None = None
+    copying: dict[Rank, dict[BlockId, Data | None]] | None = None
+    waits: dict[Rank, list[BlockId]] | None = None
+    wEnq: dict[Rank, list[BlockId]] | None = None
+    wDone: dict[Rank, list[BlockId]] | None = None
     gpuData: dict[BlockId, Data] | None = None
-    hostData: dict[BlockId, Data] | None = None
+    hostData: dict[Rank, dict[BlockId, Data]] | None = None
 
     def reported(self) -> list[str]:
         """Names of the variables this post-state reports, in spec order."""
@@ -241,19 +265,38 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
         return f"unknown request {a.request!r}"
     if isinstance(a, SpillArgs) and tuple(a.page) not in pages:
         return f"unknown page {list(a.page)}"
-    if isinstance(a, SpillArgs | HostBlockArgs) and a.host_block not in host:
+    if isinstance(a, SpillArgs | HostBlockArgs | RankHostBlockArgs) and a.host_block not in host:
         return f"host block {a.host_block} out of range"
     if isinstance(a, TransferArgs) and (a.src not in gpu or a.dst not in host):
         return f"transfer {a.src}->{a.dst} out of range"
+    if isinstance(a, TransferArgs | RankHostBlockArgs | RankArgs) and a.rank >= h.ranks:
+        return f"rank {a.rank} out of range"
     loc_pages = [tuple(e[0]) for e in p.loc or []]
+    ranks = range(h.ranks)
+    per_rank = {
+        name: getattr(p, name) or {} for name in ("down", "up", "copying", "waits", "wEnq", "wDone")
+    }
+    host_data = p.hostData or {}
+    copying = per_rank["copying"]
     checks: list[tuple[bool, str]] = [
         (p.req is not None and not set(p.req) <= dom.requests, "req names an unknown request"),
         (not set(loc_pages) <= pages, "loc names an unknown page"),
         (_dup(loc_pages), "loc lists a page twice"),
         (p.prefix is not None and not set(p.prefix) <= keys, "prefix names an unknown key"),
-        (p.down is not None and _dup(list(p.down)), "down has duplicates"),
-        (p.wEnq is not None and _dup(p.wEnq), "wEnq has duplicates"),
-        (p.wDone is not None and _dup(p.wDone), "wDone has duplicates"),
+        (any(not set(v) <= set(ranks) for v in per_rank.values()), "names an unknown rank"),
+        (not set(host_data) <= set(h.copiers()), "hostData names a rank with no host pool"),
+        (any(_dup(list(d)) for d in per_rank["down"].values()), "down has duplicates"),
+        (any(_dup(x) for x in per_rank["wEnq"].values()), "wEnq has duplicates"),
+        (any(_dup(x) for x in per_rank["wDone"].values()), "wDone has duplicates"),
+        (any(_dup(x) for x in per_rank["waits"].values()), "waits has duplicates"),
+        (
+            any(b not in host for x in per_rank["waits"].values() for b in x),
+            f"waits has {h.host_blocks} blocks",
+        ),
+        (
+            any(not set(sp.enq + sp.need) <= set(ranks) for sp in (p.spill or {}).values() if sp),
+            "spill names an unknown rank",
+        ),
     ]
     for name, length in (
         ("gpuOwner", h.gpu_blocks),
@@ -262,17 +305,22 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
         ("hostState", h.host_blocks),
         ("hostKey", h.host_blocks),
         ("spill", h.host_blocks),
-        ("copying", h.host_blocks),
-        ("hostData", h.host_blocks),
     ):
         value = getattr(p, name)
         checks.append(
             (value is not None and any(b >= length for b in value), f"{name} has {length} blocks")
         )
+    for name, nested in (("copying", copying), ("hostData", host_data)):
+        checks.append(
+            (
+                any(b >= h.host_blocks for d in nested.values() for b in d),
+                f"{name} has {h.host_blocks} blocks",
+            )
+        )
     values = [
         *(p.gpuData or {}).values(),
-        *(p.hostData or {}).values(),
-        *(x for x in (p.copying or {}).values() if x),
+        *(x for d in host_data.values() for x in d.values()),
+        *(x for d in copying.values() for x in d.values() if x),
     ]
     checks.append((any(v not in data for v in values), "data must be a key, empty or garbage"))
     keyed = [k for k in (p.hostKey or {}).values() if k is not None]
@@ -302,7 +350,7 @@ def _check_version(path: Path, number: int, raw: Any) -> None:
         raise TraceVersionError(
             path,
             number,
-            f"trace format {raw['format']!r} is no longer read (it recorded full post-states);"
+            f"trace format {raw['format']!r} is no longer read ({OLD_FORMATS[raw['format']]});"
             f" this checker reads {FORMAT!r}: record the run again",
         )
 

@@ -11,6 +11,7 @@ NAME_PATTERN = r"^[A-Za-z0-9_.:-]+$"
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 BlockId = Annotated[int, Field(ge=0)]
+Rank = Annotated[int, Field(ge=0)]  # a tensor-parallel rank, 0-based
 Page = tuple[Name, Annotated[int, Field(ge=1)]]
 Loc = tuple[Literal["gpu", "host"], BlockId]
 # Bytes held by a block: a key, "empty" or "garbage" (checked against the header).

@@ -35,38 +35,58 @@ def release_source_at_send(m: ProtocolMachine, p: Page, g: int, h: int) -> None:
 
 
 def batched_done_before_enqueued(
-    m: ProtocolMachine, meta: Meta, enqueued_now: set[int]
+    m: ProtocolMachine, meta: Meta, enqueued_now: set[int], w: int
 ) -> list[int]:
     """Completions are matched before this meta's enqueued IDs; unmatched ones are dropped."""
     s = m.state
     return [
         h
-        for h in m._resolve_ids(meta.completed, None, enqueued_now)
+        for h in m._resolve_ids(meta.completed, None, enqueued_now, w)
         if (sp := s.spill[h]) is not None and sp.phase == "enqueued"
     ]
 
 
-def publish_at_enqueued(m: ProtocolMachine, enq: list[int], done: list[int]) -> None:
+def publish_at_enqueued(m: ProtocolMachine, w: int, enq: list[int], done: list[int]) -> None:
     """The enqueued ack publishes the destination; its completed ack only closes it."""
     s = m.state
-    for h in enq:
-        m._after_enqueued(h)
-    for h in done:
+    early = [h for h in done if s.host_state[h] == "valid"]  # published at its enqueued ack
+    type(m)._apply_meta(m, w, enq, [h for h in done if h not in early])
+    for h in early:
         sp = s.spill[h]
-        early = (
-            sp is not None
-            and s.host_state[h] == "valid"
-            and s.req[sp.page[0]] != "aborted"
-            and sp.phase != "abandoned"
-        )
-        if early and sp is not None:
-            TRANSFER.next(sp.phase, "completed_ack")
-            m._set_spill(h, None)
-        else:
-            m._after_completed(h)
+        if sp is not None:
+            sp = sp._replace(need=sp.need - m._one[w])
+            s.spill[h] = sp
+            if not sp.need:
+                TRANSFER.next(sp.phase, "completed_ack")
+                m._set_spill(h, None)
     for h in enq:
-        if s.spill[h] is not None:
+        sp = s.spill[h]
+        if sp is not None and sp.phase == "enqueued" and s.host_state[h] == "leased":
             m._publish(h)
+
+
+def release_source_at_first_enqueued(
+    m: ProtocolMachine, first: list[int], full: list[int]
+) -> list[int]:
+    """The GPU source goes back at the first rank's enqueued ack."""
+    return first
+
+
+def publish_after_one_rank_done(m: ProtocolMachine, h: int) -> bool:
+    """One rank's completed ack publishes the page while other ranks still copy."""
+    sp = m.state.spill[h]
+    return sp is not None and m.state.req[sp.page[0]] != "aborted" and sp.phase == "enqueued"
+
+
+def abort_frees_after_one_rank_done(m: ProtocolMachine, h: int) -> bool:
+    """An aborted request's destination is freed at the first rank's completed ack."""
+    sp = m.state.spill[h]
+    return sp is not None and m.state.req[sp.page[0]] == "aborted"
+
+
+def reader_skips_writer_event(m: ProtocolMachine) -> bool:
+    """A reader of a shared pool acks without ordering its stream after the writer's copy."""
+    return False
 
 
 def host_id_as_gpu_index(m: ProtocolMachine, h: int) -> Loc:

@@ -31,12 +31,18 @@ def make_machine(
     host_blocks: int = 0,
     record: bool = False,
     universe: dict[str, tuple[str, ...]] | None = None,
+    ranks: int = 1,
+    backing: str = "private",
+    writer: int = 0,
 ) -> ProtocolMachine:
     cfg = ProtocolConfig(
         gpu_blocks=gpu_blocks,
         host_pool_bytes=host_pool_bytes,
         host_block_bytes=host_block_bytes,
         host_blocks=host_blocks,
+        ranks=ranks,
+        backing=backing,  # type: ignore[arg-type]
+        writer=writer,
         bug=bug,
     )
     m = ProtocolMachine(cfg, record=record)
@@ -46,12 +52,17 @@ def make_machine(
 
 
 def full_spill(m: ProtocolMachine, page: tuple[str, int], h: int) -> int:
-    """Spill one resident page through enqueued and completed acks (batched)."""
+    """Spill one resident page through enqueued and completed acks (batched), on every
+    rank (the writer first)."""
     tid = m.StartSpill(page, h)
-    m.WorkerEnqueue(tid)
-    m.WorkerComplete(h)
-    m.WorkerReport()
-    m.ConsumeMeta()
+    cfg = m.state.config
+    order = [cfg.writer, *(w for w in range(cfg.ranks) if w != cfg.writer)]
+    for w in order:
+        m.WorkerEnqueue(tid, w)
+        if w in cfg.copiers:
+            m.WorkerComplete(h, w)
+        m.WorkerReport(w)
+        m.ConsumeMeta(w)
     return tid
 
 
@@ -118,6 +129,13 @@ def _evict(m: ProtocolMachine, h: int) -> bool:
     return m.state.host_state[h] == "valid" and ("host", h) not in referenced
 
 
+def _worker_enqueue(m: ProtocolMachine, tid: int, w: int) -> bool:
+    """A copier takes any command; a reader of a shared pool once the writer took it."""
+    s = m.state
+    cfg = s.config
+    return tid in s.down[w] and (w in cfg.copiers or tid not in s.down[cfg.writer])
+
+
 GUARDS: dict[str, Guard] = {
     "Arrive": _arrive,
     "Finish": lambda m, r: m.state.req[r] == "running",
@@ -125,12 +143,12 @@ GUARDS: dict[str, Guard] = {
     "StartSpill": _start_spill,
     "EvictHost": _evict,
     "Retire": _retire,
-    "ConsumeMeta": lambda m: bool(m.state.up),
-    "WorkerEnqueue": lambda m, tid: tid in m.state.down,
-    "WorkerDrop": lambda m, tid: m.state.config.bug == "worker_drops_transfer",
-    "WorkerComplete": lambda m, h: m.state.copying[h] is not None,
-    "WorkerReport": lambda m: not m.state.up and bool(m.state.w_enq or m.state.w_done),
-    "WorkerLoss": lambda m: True,
+    "ConsumeMeta": lambda m, w: bool(m.state.up[w]),
+    "WorkerEnqueue": _worker_enqueue,
+    "WorkerDrop": lambda m, tid, w: m.state.config.bug == "worker_drops_transfer",
+    "WorkerComplete": lambda m, h, w: m.state.copying[w][h] is not None,
+    "WorkerReport": lambda m, w: not m.state.up[w] and bool(m.state.w_enq[w] or m.state.w_done[w]),
+    "WorkerLoss": lambda m, w: True,
 }
 
 
@@ -159,7 +177,7 @@ def legal_moves(
             moves.append(("add_request", (r, keys)))
     for action in CATALOGUE:
         guard = GUARDS.get(action.name)
-        for args in arguments(s, action.domain):
+        for args in arguments(s, action.domain, action.ranked):
             if guard(m, *args) if guard else _accepted(m, action.name, args):
                 moves.append((action.name, args))
     return moves

@@ -221,7 +221,7 @@ def test_worker_drop_exists_only_with_its_bug() -> None:
     tid = b.StartSpill(("r0", 1), 0)
     refused(b, lambda: b.WorkerDrop(tid + 1), UnknownTransfer)
     b.WorkerDrop(tid)
-    assert tid not in b.state.down
+    assert tid not in b.state.down[0]
 
 
 @pytest.mark.parametrize("h", [-1, 4, 0])
@@ -258,7 +258,7 @@ def test_evict_keeps_block_referenced_by_a_hit() -> None:
 
 
 def _with_meta(m: ProtocolMachine, meta: Meta) -> None:
-    m.state.up.append(meta)
+    m.state.up[0].append(meta)
 
 
 def _two_open() -> tuple[ProtocolMachine, int, int]:
@@ -299,7 +299,7 @@ def test_stale_id_for_the_right_slot_is_refused() -> None:
     m.WorkerEnqueue(new)
     _with_meta(m, Meta((old,), ()))
     refused(m, m.ConsumeMeta, UnknownTransfer)
-    m.state.up.clear()
+    m.state.up[0].clear()
     m.WorkerReport()
     m.ConsumeMeta()  # inside: the open transfer's ID
     assert m.state.spill[0] is not None and m.state.spill[0].phase == "enqueued"

@@ -193,7 +193,7 @@ def test_connector_carries_a_restart() -> None:
     c.spill(("a", 1))
     assert sched.build_connector_meta() is not None  # lost on the way
     sched.on_worker_lost(())
-    assert c.state.host_used == 0 and c.state.down == {}
+    assert c.state.host_used == 0 and c.state.down == [{}]
 
 
 def test_a_loss_returns_an_unsent_destination_to_the_free_heap() -> None:

@@ -104,19 +104,19 @@ def _spill_unknown_page(s: ProtocolState, tid: int) -> None:
 
 
 def _host_data_bogus(s: ProtocolState, _: int) -> None:
-    s.host_data[3] = "bogus"
+    s.host_data[0][3] = "bogus"
 
 
 def _copying_bogus(s: ProtocolState, _: int) -> None:
-    s.copying[0] = "bogus"
+    s.copying[0][0] = "bogus"
 
 
 def _transfer_src_out_of_range(s: ProtocolState, tid: int) -> None:
-    s.down[tid] = Transfer(tid, s.config.gpu_blocks, 0)
+    s.down[0][tid] = Transfer(tid, s.config.gpu_blocks, 0)
 
 
 def _transfer_dst_out_of_range(s: ProtocolState, tid: int) -> None:
-    s.down[tid] = Transfer(tid, 0, s.config.host_blocks)
+    s.down[0][tid] = Transfer(tid, 0, s.config.host_blocks)
 
 
 def _gpu_leased_to_page_elsewhere(s: ProtocolState, _: int) -> None:
@@ -132,12 +132,12 @@ def _in_flight_host_block_free(s: ProtocolState, _: int) -> None:
 
 
 def _copy_into_free_block(s: ProtocolState, _: int) -> None:
-    s.copying[3] = "k2"
+    s.copying[0][3] = "k2"
 
 
 def _ack_names_free_block(s: ProtocolState, tid: int) -> None:
     s.transfer_dst[tid + 7] = 3
-    s.w_done.append(tid + 7)
+    s.w_done[0].append(tid + 7)
 
 
 def _pin_without_transfer(s: ProtocolState, _: int) -> None:
@@ -154,7 +154,7 @@ def _source_unpinned_before_enqueued(s: ProtocolState, _: int) -> None:
 
 def _published_while_in_flight(s: ProtocolState, _: int) -> None:
     s.host_state[0] = "valid"
-    s.host_data[0] = "k0"
+    s.host_data[0][0] = "k0"
 
 
 def _index_names_wrong_key(s: ProtocolState, _: int) -> None:
@@ -169,7 +169,7 @@ def _running_page_reads_wrong_host_bytes(s: ProtocolState, _: int) -> None:
     s.prefix["k1"] = set()  # the page is unpublished: only the reader sees it
     s.host_state[1] = "leased"
     s.spill[1] = Spill(1, ("r0", 2), "enqueued", 99)
-    s.host_data[1] = "k2"
+    s.host_data[0][1] = "k2"
 
 
 def _new_request_holds_gpu_lease(s: ProtocolState, _: int) -> None:
@@ -288,6 +288,10 @@ BUG_FAILS: dict[str, set[str]] = {
     "recover_frees_busy_destination": {"NoDoubleOwnership"},
     "recover_publishes_unsent": {"PublishedDataCorrect"},
     "retire_inflight": {"RetiredUnreferenced"},
+    "release_source_at_first_enqueued": {"NoReuseBeforeEnqueued", "LivePagesReadable"},
+    "publish_after_one_rank_done": {"NoPublishBeforeComplete", "PublishedDataCorrect"},
+    "abort_frees_after_one_rank_done": {"NoDoubleOwnership"},
+    "reader_skips_writer_event": {"LivePagesReadable"},
 }
 
 

@@ -93,7 +93,7 @@ def test_trusted_equals_validated(ts: list[SparseKVPageTransfer], done: list[int
     meta = trusted(HiSparseConnectorMetadata, transfers=tuple(ts), replacements=())
     assert meta == HiSparseConnectorMetadata(transfers=tuple(ts))
     assert CONNECTOR_METADATA.validate_json(meta.model_dump_json()) == meta
-    ack = trusted(HiSparseWorkerMeta, enqueued=(), completed=tuple(done))
+    ack = trusted(HiSparseWorkerMeta, enqueued=(), completed=tuple(done), rank=0)
     assert ack == HiSparseWorkerMeta(completed=tuple(done))
     with pytest.raises(ValidationError):
         ack.enqueued = (1,)
@@ -103,4 +103,4 @@ def test_trusted_needs_every_field_and_no_other() -> None:
     with pytest.raises(TypeError, match="needs exactly"):
         trusted(HiSparseWorkerMeta, enqueued=(1,))
     with pytest.raises(TypeError, match="needs exactly"):
-        trusted(HiSparseWorkerMeta, enqueued=(), completed=(), extra=1)
+        trusted(HiSparseWorkerMeta, enqueued=(), completed=(), rank=0, extra=1)

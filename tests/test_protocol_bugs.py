@@ -154,6 +154,65 @@ def _retire_waits_for_host_pages(bug: str) -> ProtocolMachine:
     return m
 
 
+# --- tensor-parallel ranks: two ranks, private pools unless said otherwise ---
+
+
+def _release_source_at_first_enqueued(bug: str) -> ProtocolMachine:
+    m = make_machine(bug, ranks=2)
+    m.Arrive("r1")
+    tid = m.StartSpill(("r1", 1), 0)
+    m.WorkerEnqueue(tid, 0)
+    m.WorkerReport(0)
+    m.ConsumeMeta(0)  # rank 1 has not taken the command: its stream still reads the source
+    m.drain()
+    return m
+
+
+def _both_ranks_enqueued(bug: str) -> tuple[ProtocolMachine, int]:
+    """r1's page spilled to host block 0; both ranks' enqueued acks consumed, both copies
+    still running."""
+    m = make_machine(bug, ranks=2)
+    m.Arrive("r1")
+    tid = m.StartSpill(("r1", 1), 0)
+    for w in (0, 1):
+        m.WorkerEnqueue(tid, w)
+        m.WorkerReport(w)
+        m.ConsumeMeta(w)
+    return m, tid
+
+
+def _publish_after_one_rank_done(bug: str) -> ProtocolMachine:
+    m, _ = _both_ranks_enqueued(bug)
+    m.WorkerComplete(0, 0)
+    m.WorkerReport(0)
+    m.ConsumeMeta(0)  # rank 1's copy into its own pool is still in flight
+    m.drain()
+    return m
+
+
+def _abort_frees_after_one_rank_done(bug: str) -> ProtocolMachine:
+    m, _ = _both_ranks_enqueued(bug)
+    m.Abort("r1")
+    m.WorkerComplete(0, 0)
+    m.WorkerReport(0)
+    m.ConsumeMeta(0)  # rank 1 still copies into host block 0 of its pool
+    m.drain()
+    return m
+
+
+def _reader_skips_writer_event(bug: str) -> ProtocolMachine:
+    m = make_machine(bug, ranks=2, backing="shared", writer=0)
+    m.Arrive("r1")
+    tid = m.StartSpill(("r1", 1), 0)
+    m.WorkerEnqueue(tid, 0)  # the writer's copy is in flight
+    m.WorkerEnqueue(tid, 1)  # the reader orders its stream after the writer's event
+    for w in (0, 1):
+        m.WorkerReport(w)
+        m.ConsumeMeta(w)  # after both: r1's page is read from host block 0 on both ranks
+    m.drain()
+    return m
+
+
 SCENARIOS: dict[str, Scenario] = {
     "host_id_as_gpu_index": _host_id_as_gpu_index,
     "double_allocation": _double_allocation,
@@ -171,6 +230,10 @@ SCENARIOS: dict[str, Scenario] = {
     "recover_publishes_unsent": _recover_publishes_unsent,
     "retire_inflight": _retire_inflight,
     "retire_waits_for_host_pages": _retire_waits_for_host_pages,
+    "release_source_at_first_enqueued": _release_source_at_first_enqueued,
+    "publish_after_one_rank_done": _publish_after_one_rank_done,
+    "abort_frees_after_one_rank_done": _abort_frees_after_one_rank_done,
+    "reader_skips_writer_event": _reader_skips_writer_event,
 }
 
 

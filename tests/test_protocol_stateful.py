@@ -83,9 +83,9 @@ class ProtocolStateful(RuleBasedStateMachine):
         s = self.m.state
         h = s.transfer_dst.get(tid)
         open_ = h is not None and (sp := s.spill[h]) is not None and sp.transfer_id == tid
-        if open_ or s.up:
+        if open_ or s.up[0]:
             return
-        s.up.append(Meta((), (tid,)) if completed else Meta((tid,), ()))
+        s.up[0].append(Meta((), (tid,)) if completed else Meta((tid,), ()))
         before = s.clone()
         try:
             self.m.ConsumeMeta()
@@ -93,7 +93,7 @@ class ProtocolStateful(RuleBasedStateMachine):
             assert s == before
         else:
             raise AssertionError(f"forged ack for transfer {tid} was accepted")
-        s.up.clear()
+        s.up[0].clear()
 
     @invariant()
     def invariants_hold(self) -> None:

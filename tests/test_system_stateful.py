@@ -74,8 +74,12 @@ def coordinator_problems(c: HiSparseCoordinator) -> list[str]:
         out.append(f"free host heap {sorted(t['_host_free'])} != {free}")
     if set(t["_running"]) != running:
         out.append(f"running {set(t['_running'])} != {running}")
-    if set(t["_sent"]) | set(t["_unsent"]) != set(s.down) or set(t["_sent"]) & set(t["_unsent"]):
-        out.append(f"sent {t['_sent']} / unsent {t['_unsent']} do not split down {set(s.down)}")
+    unsent = set(t["_unsent"])  # not handed over: still held by some rank
+    if not unsent <= set().union(*(set(d) for d in s.down)) or len(unsent) != len(t["_unsent"]):
+        out.append(f"unsent {t['_unsent']} names commands no rank holds, or twice")
+    for rank, sent in enumerate(t["_sent"]):  # per rank: handed over or not, its commands
+        if sent | (unsent & set(s.down[rank])) != set(s.down[rank]) or sent & unsent:
+            out.append(f"rank {rank}: sent {sent} / unsent {unsent} do not split down")
     retirable = [
         r for r, st in s.req.items()
         if st in ("finished", "aborted") and c.machine.retire_refusal(r) is None
@@ -168,7 +172,7 @@ class SystemStateful(RuleBasedStateMachine):
     def repeated_ids(self, data: st.DataObject) -> None:
         """A meta built with model_construct (no validation) that repeats an ID."""
         c = self.sim.coordinator
-        tids = sorted(vars(c)["_sent"]) or sorted(c.state.transfer_dst) or [0]
+        tids = sorted(vars(c)["_sent"][0]) or sorted(c.state.transfer_dst) or [0]
         tid = data.draw(st.sampled_from(tids))
         done = data.draw(st.booleans())
         meta = (HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid, tid)) if done

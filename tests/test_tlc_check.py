@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hisparse.bugs import BUGS, InjectedBug
+from hisparse.bugs import BUGS, InjectedBug, get_bug
 from hisparse.tlc import TlcChecksumMismatch, TlcError, TlcInstall, TlcUnavailable
 from hisparse.tlc import cfg as cfgfile
 from hisparse.tlc.acquire import JAR_NAME, JAR_SHA256, require_tool, verify_jar
@@ -85,7 +85,7 @@ def test_property_bug_fails_names_every_property_bug() -> None:
 @pytest.mark.tlc
 @pytest.mark.parametrize("bug", BUGS, ids=[b.name for b in BUGS])
 def test_injected_bug_is_caught(tlc: TlcInstall, tmp_path: Path, bug: InjectedBug) -> None:
-    code, report, text = check_json(tmp_path, "--model", "small", "--inject", bug.name)
+    code, report, text = check_json(tmp_path, "--model", bug.model, "--inject", bug.name)
     assert report["result"] == "violation", text
     assert code == 0, f"caught as expected must exit 0\n{text}"
     assert report["injected"] == bug.name
@@ -102,6 +102,44 @@ def test_injected_bug_is_caught(tlc: TlcInstall, tmp_path: Path, bug: InjectedBu
         own = {r["cfg"]: r["violated"] for r in report["runs"]}
         assert own[f"MCInject_{bug.catches}.cfg"] == [bug.catches], text
         assert set(report["violated"]) == PROPERTY_BUG_FAILS[bug.name], text
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("model", ["tp", "tpshared"])
+def test_tensor_parallel_models_pass(tlc: TlcInstall, tmp_path: Path, model: str) -> None:
+    """Two ranks, private pools (tp) or one shared pool (tpshared): safety and liveness."""
+    code, report, text = check_json(tmp_path, "--model", model, "--workers", "1")
+    assert (code, report["result"]) == (0, "ok"), text
+    cfgs = [r["cfg"] for r in report["runs"]]
+    assert cfgs == [f"MC_{model}.cfg", f"MC_{model}_live.cfg"], cfgs
+    assert all(r["distinct_states"] > 0 and r["violated"] == [] for r in report["runs"])
+    assert report["properties"], "no liveness property checked"
+
+
+# The tensor-parallel bugs that are wrong with either backing: the shared pool's run
+# catches them by the same name as the private one's (bug.model).
+EITHER_BACKING = ["release_source_at_first_enqueued", "abort_frees_after_one_rank_done"]
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("name", EITHER_BACKING)
+def test_tensor_parallel_bug_caught_with_a_shared_pool_too(
+    tlc: TlcInstall, tmp_path: Path, name: str
+) -> None:
+    bug = get_bug(name)
+    assert bug.model == "tp"
+    code, report, text = check_json(tmp_path, "--model", "tpshared", "--inject", name)
+    assert (code, report["violated"], report["caught_expected"]) == (0, [bug.catches], True), text
+
+
+def test_tensor_parallel_bugs_run_on_a_two_rank_model() -> None:
+    tp = {b.name: b.model for b in BUGS if b.model != "small"}
+    assert tp == {
+        "release_source_at_first_enqueued": "tp",
+        "publish_after_one_rank_done": "tp",
+        "abort_frees_after_one_rank_done": "tp",
+        "reader_skips_writer_event": "tpshared",
+    }
 
 
 # --- registry ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hisparse.spec.record import machine_trace
-from hisparse.spec.trace import write_trace
+from hisparse.spec.trace import FORMAT, write_trace
 from hisparse.tlc import TlcInstall
 from hisparse.tracecheck import check_traces
 from hisparse.tracecheck import module as gen
@@ -217,7 +217,7 @@ def test_tlc_failure_on_one_file_spares_the_others(
 
 
 def test_cli_refuses_an_old_format_trace(tmp_path: Path) -> None:
-    # a v1 trace (full post-states) next to a good v2 one: exit 2 naming the old file and
+    # a v1 trace (full post-states) next to a good current one: exit 2 naming the old file and
     # both versions, before TLC starts (no TLC needed)
     good = good_run().write(tmp_path / "good.jsonl")
     old = tmp_path / "old.jsonl"
@@ -227,4 +227,4 @@ def test_cli_refuses_an_old_format_trace(tmp_path: Path) -> None:
     proc = hisparse("check", "--trace", str(good), str(old))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"{old}:1: trace format 'hisparse-trace/1' is no longer read" in proc.stderr
-    assert "'hisparse-trace/2'" in proc.stderr and "record the run again" in proc.stderr
+    assert f"'{FORMAT}'" in proc.stderr and "record the run again" in proc.stderr

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from hisparse.spec.catalogue import ACTIONS
 from hisparse.spec.trace import FORMAT, WRITES, Trace, TraceHeader, TraceStep, write_trace
 from hisparse.tlc import TlcInstall
 from hisparse.tracecheck import check_traces
@@ -41,14 +42,21 @@ def header(requests: dict[str, list[str]]) -> JSON:
     }
 
 
-BLOCK_MAPS = {"gpuOwner", "srcPin", "hostState", "hostKey", "spill", "copying"}
-BLOCK_MAPS |= {"gpuData", "hostData"}
+BLOCK_MAPS = {"gpuOwner", "srcPin", "hostState", "hostKey", "spill", "gpuData"}
+# One rank: the hand-built state holds rank 0's value of each rank-indexed variable.
+RANK_BLOCK_MAPS = {"copying", "hostData"}
+RANKED = {"down", "up", "waits", "wEnq", "wDone"}
 
 
 def change(var: str, old: Any, new: Any) -> Any:
     """The trace format's record of ``var`` going from ``old`` to ``new`` (full values)."""
     if var in BLOCK_MAPS:
         return {str(i): v for i, (o, v) in enumerate(zip(old, new, strict=True)) if o != v}
+    if var in RANK_BLOCK_MAPS:
+        entries = change("gpuOwner", old, new)
+        return {"0": entries} if entries else {}
+    if var in RANKED:
+        return {"0": new} if new != old else {}
     if var in ("req", "prefix"):
         return {k: v for k, v in new.items() if old.get(k) != v}
     if var == "loc":
@@ -80,6 +88,7 @@ class Run:
             "down": [],
             "up": [],
             "copying": [None, None],
+            "waits": [],
             "wEnq": [],
             "wDone": [],
             "gpuData": ["empty", "empty"],
@@ -95,6 +104,8 @@ class Run:
             for v in WRITES[action] | set(changes)
         }
         index = len(self.steps) + 1
+        if ACTIONS[action].ranked and "rank" not in args:
+            args = {**args, "rank": 0}
         self.steps.append(
             {"kind": "step", "index": index, "action": action, "args": args, "post": post}
         )
@@ -121,7 +132,7 @@ def at(values: list[Any], i: int, value: Any) -> list[Any]:
 
 
 ONE_PAGE = {"r1": ["k1"], "r2": ["k1"]}
-SPILLING = {"src": 0, "page": ["r1", 1], "phase": "sent"}
+SPILLING = {"src": 0, "page": ["r1", 1], "phase": "sent", "enq": [], "need": [0]}
 
 
 def sent(run: Run) -> Run:
@@ -254,7 +265,7 @@ def cycle(run: Run, r: str, g: int, h: int) -> None:
         {"page": [r, 1], "host_block": h},
         hostState=at(s["hostState"], h, "leased"),
         hostKey=at(s["hostKey"], h, "k1"),
-        spill=at(s["spill"], h, {"src": g, "page": [r, 1], "phase": "sent"}),
+        spill=at(s["spill"], h, {**SPILLING, "src": g, "page": [r, 1]}),
         down=[{"src": g, "dst": h}],
         srcPin=at(s["srcPin"], g, True),
     )
@@ -357,7 +368,7 @@ def test_invariant_violation_is_a_rejection(tlc: TlcInstall, tmp_path: Path) -> 
     # trace follows it faithfully and NoPublishBeforeComplete fires after ConsumeMeta.
     run = publish_before_completed()
     run.header["bug"] = "publish_at_enqueued"
-    run.steps[-1]["post"]["spill"] = {"0": {**SPILLING, "phase": "enqueued"}}
+    run.steps[-1]["post"]["spill"] = {"0": {**SPILLING, "phase": "enqueued", "enq": [0]}}
     run.steps[-1]["post"]["hostState"] = {"0": "valid"}
     result = check_traces([run.write(tmp_path / "bug.jsonl")], install=tlc, allow_bug=True)
     (bad,) = result.files

@@ -53,8 +53,8 @@ SPILL: JSON = {
     "post": {
         "hostState": {"0": "leased"},
         "hostKey": {"0": "k1"},
-        "spill": {"0": {"src": 0, "page": ["r1", 1], "phase": "sent"}},
-        "down": [{"src": 0, "dst": 0}],
+        "spill": {"0": {"src": 0, "page": ["r1", 1], "phase": "sent", "enq": [], "need": [0]}},
+        "down": {"0": [{"src": 0, "dst": 0}]},
         "srcPin": {"0": True},
     },
 }

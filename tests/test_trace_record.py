@@ -3,7 +3,7 @@
 A Hypothesis-driven recording machine (legal and refused actions mixed) is checked
 after every recorded step: the initial state with every recorded change applied in
 order equals the full encoding (``spec.observe.encode``) of the machine's state, for
-all fifteen variables. Defaults (a request ``new``, a page with no location, a key
+all sixteen variables. Defaults (a request ``new``, a page with no location, a key
 with no host copy) are the spec's Init values, which a retired request returns to.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import settings
 
 from hisparse.spec.machine import ProtocolMachine
-from hisparse.spec.observe import DELTA_VARS, ENCODERS, encode
+from hisparse.spec.observe import DELTA_VARS, ENCODERS, NESTED, RANKED, encode
 from hisparse.spec.record import machine_trace
 from hisparse.spec.state import ProtocolState
 from hisparse.spec.trace import FORMAT, WRITES
@@ -51,6 +51,13 @@ def apply(state: JSON, post: JSON) -> None:
             state["loc"] = {p: w for p, w in state["loc"].items() if w is not None}
         elif var in ("req", "prefix"):
             state[var] = _canon(var, {**state[var], **change})
+        elif var in NESTED:  # per changed rank, its changed host blocks
+            for w, entries in change.items():
+                for i, value in entries.items():
+                    state[var][w][i] = value
+        elif var in RANKED:  # per changed rank, its whole value
+            for w, value in change.items():
+                state[var][w] = copy.deepcopy(value)
         else:
             for i, value in change.items():
                 state[var][i] = value

@@ -96,10 +96,10 @@ class Churn:
             raise RuntimeError("spill found no host block: nothing evictable")
         conn.build_connector_meta()
         conn.update_connector_output(
-            trusted(HiSparseWorkerMeta, enqueued=(tid,), completed=())
+            trusted(HiSparseWorkerMeta, enqueued=(tid,), completed=(), rank=0)
         )
         conn.update_connector_output(
-            trusted(HiSparseWorkerMeta, enqueued=(), completed=(tid,))
+            trusted(HiSparseWorkerMeta, enqueued=(), completed=(tid,), rank=0)
         )
         self.running.append(r)
         if len(self.running) - self.head > self.live:

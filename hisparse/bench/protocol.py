@@ -38,7 +38,7 @@ def _lifecycles(n: int, check: bool, requests: int) -> dict[str, float]:
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("Arrive", partial(m.Arrive, r)),
             ("StartSpill", partial(m.StartSpill, (r, 1), 0)),
-            ("WorkerEnqueue", lambda: m.WorkerEnqueue(next(iter(m.state.down)))),
+            ("WorkerEnqueue", lambda: m.WorkerEnqueue(next(iter(m.state.down[0])))),
             ("WorkerComplete", lambda: m.WorkerComplete(0)),
             ("WorkerReport", m.WorkerReport),
             ("ConsumeMeta", m.ConsumeMeta),

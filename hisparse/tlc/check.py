@@ -24,7 +24,8 @@ from hisparse.tlc.output import TEMPORAL, Verdict, worst
 from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, run_tlc
 
-MODELS = ("small", "ci", "deep")
+# tp / tpshared: two tensor-parallel ranks, private host pools / one shared pool
+MODELS = ("small", "ci", "deep", "tp", "tpshared")
 INJECT_MODULE = "MCInject"
 INJECT_OPERATOR = "InjectedBug"
 

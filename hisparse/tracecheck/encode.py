@@ -4,7 +4,8 @@ Block IDs become strings (``"g0"``, ``"h1"``), never integers: the spec compares
 values with string sentinels (``NoSpill.src = "none"``) and TLC refuses to compare a
 string with an integer. Every map becomes a function (``function``) so it
 equals the spec's ``[x \\in S |-> ...]`` values (TLC compares functions by domain and
-values). ``None`` entries become the spec's sentinels.
+values). ``None`` entries become the spec's sentinels. Ranks are 0-based in traces and
+the spec's ``Ranks`` are ``1..W``: ``rank`` is the one place that maps them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ def host(h: int) -> str:
     return string(f"h{h}")
 
 
+def rank(w: int) -> str:
+    """A trace's 0-based rank as the spec's rank (``Ranks = 1..W``)."""
+    return str(w + 1)
+
+
+def ranks(ws: Iterable[int]) -> str:
+    return tla_set(rank(w) for w in sorted(ws))
+
+
 def tup(items: Iterable[str]) -> str:
     return "<<" + ", ".join(items) + ">>"
 
@@ -53,20 +63,21 @@ def record(fields: Sequence[tuple[str, str]]) -> str:
     return "[" + ", ".join(f"{name} |-> {value}" for name, value in fields) + "]"
 
 
-def function(pairs: Sequence[tuple[str, str]]) -> str:
+def function(pairs: Sequence[tuple[str, str]], bound: str = "x") -> str:
     """A function over exactly the given domain (empty domain: ``<<>>``).
 
     Written ``[x \\in {...} |-> CASE x = d -> v [] ...]``, not with the TLC module's
     ``:>``/``@@``: TLC does not precompute a constant definition that applies a TLC-module
     operator, so ``TrPageKeys`` as an ``@@`` chain was rebuilt at every ``PageKeys``
     lookup (about 4 ms for 387 requests, thousands of lookups per replayed state). The
-    CASE form is evaluated once, when TLC precomputes the constants.
+    CASE form is evaluated once, when TLC precomputes the constants. ``bound`` names
+    the bound variable (a function nested in another's value needs its own).
     """
     if not pairs:
         return "<<>>"
     dom = tla_set(d for d, _ in pairs)
-    arms = " [] ".join(f"x = {d} -> {v}" for d, v in pairs)
-    return f"[x \\in {dom} |-> CASE {arms}]"
+    arms = " [] ".join(f"{bound} = {d} -> {v}" for d, v in pairs)
+    return f"[{bound} \\in {dom} |-> CASE {arms}]"
 
 
 def page(p: Page | None) -> str:
@@ -105,7 +116,15 @@ Pairs = list[tuple[str, str]]
 def _spill(s: SpillRecord | None) -> str:
     if s is None:
         return "NoSpill"
-    return record([("src", gpu(s.src)), ("page", page(s.page)), ("phase", string(s.phase))])
+    return record(
+        [
+            ("src", gpu(s.src)),
+            ("page", page(s.page)),
+            ("phase", string(s.phase)),
+            ("enq", ranks(s.enq)),
+            ("need", ranks(s.need)),
+        ]
+    )
 
 
 def _blocks(
@@ -131,21 +150,45 @@ def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
             None if p.prefix is None else [(string(k), hosts(hs)) for k, hs in p.prefix.items()],
         ),
         ("spill", _blocks(p.spill, host, _spill)),
-        ("copying", _blocks(p.copying, host, lambda x: "Idle" if x is None else string(x))),
+        (
+            "down",
+            _ranked(
+                p.down,
+                lambda ts: tla_set(
+                    record([("src", gpu(s)), ("dst", host(d))])
+                    for s, d in sorted((t.src, t.dst) for t in ts)
+                ),
+            ),
+        ),
+        ("up", _ranked(p.up, lambda ms: tup(_meta(m) for m in ms))),
+        ("copying", _nested(p.copying, lambda x: "Idle" if x is None else string(x))),
+        ("waits", _ranked(p.waits, hosts)),
+        ("wEnq", _ranked(p.wEnq, hosts)),
+        ("wDone", _ranked(p.wDone, hosts)),
         ("gpuData", _blocks(p.gpuData, gpu, string)),
-        ("hostData", _blocks(p.hostData, host, string)),
+        ("hostData", _nested(p.hostData, string)),
     ]
-    out: list[tuple[str, str | Pairs]] = [(v, d) for v, d in deltas if d is not None]
-    if p.down is not None:
-        down = sorted((t.src, t.dst) for t in p.down)
-        out.append(("down", tla_set(record([("src", gpu(s)), ("dst", host(d))]) for s, d in down)))
-    if p.up is not None:
-        out.append(("up", tup(_meta(m) for m in p.up)))
-    if p.wEnq is not None:
-        out.append(("wEnq", hosts(p.wEnq)))
-    if p.wDone is not None:
-        out.append(("wDone", hosts(p.wDone)))
-    return out
+    return [(v, d) for v, d in deltas if d is not None]
+
+
+def _ranked(delta: dict[int, Any] | None, value: Callable[[Any], str]) -> Pairs | None:
+    """The changed ranks of a rank-indexed variable, each with its whole new value."""
+    if delta is None:
+        return None
+    return [(rank(w), value(v)) for w, v in sorted(delta.items())]
+
+
+def _nested(
+    delta: dict[int, dict[int, Any]] | None, value: Callable[[Any], str]
+) -> Pairs | None:
+    """The changed ranks of a rank-indexed function of host blocks, each with its changed
+    blocks as a partial function (applied to that rank's value before the step)."""
+    if delta is None:
+        return None
+    return [
+        (rank(w), function([(host(h), value(x)) for h, x in sorted(d.items())], "y"))
+        for w, d in sorted(delta.items())
+    ]
 
 
 def full(value: str | Pairs) -> str:
@@ -167,7 +210,9 @@ def _arrive_witness(step: TraceStep) -> dict[str, str]:
 
 
 # How each catalogue Encoding writes one argument value.
-_ENCODE: dict[str, Callable[[Any], str]] = {"name": string, "page": page, "gpu": gpu, "host": host}
+_ENCODE: dict[str, Callable[[Any], str]] = {
+    "name": string, "page": page, "gpu": gpu, "host": host, "rank": rank,
+}
 
 
 def args(step: TraceStep) -> str:
@@ -206,5 +251,8 @@ def constants(h: TraceHeader) -> list[tuple[str, str]]:
         ),
         ("TrHostPoolBytes", str(h.host_pool_bytes)),
         ("TrHostBlockBytes", str(h.host_block_bytes)),
+        ("TrRanks", ranks(range(h.ranks))),
+        ("TrWriter", rank(h.writer)),
+        ("TrBacking", string(h.backing)),
         ("TrBug", string(h.bug)),
     ]

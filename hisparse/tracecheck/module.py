@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hisparse.spec.catalogue import CATALOGUE
-from hisparse.spec.observe import DELTA_VARS
+from hisparse.spec.observe import DELTA_VARS, NESTED
 from hisparse.spec.trace import POST_FIELDS, Trace
 from hisparse.tracecheck import encode
 
@@ -51,8 +51,19 @@ TraceActionEnabled == cursor <= Len(Traces[tr]) => ENABLED StepAction(TrStep)
 """
 
 
+# A rank-indexed function of host blocks: each changed rank's changed blocks applied to
+# that rank's value. Built with ``@@`` (TLC evaluates it at once into a plain function),
+# not as a function constructor over ``DOMAIN f``, which TLC keeps lazy: every later
+# lookup would redo the merge, through every earlier state's closure.
+_NESTED = """\
+Nested(d, f) == [x \\in DOMAIN d |-> d[x] @@ f[x]] @@ f
+"""
+
+
 def posted(v: str, e: str) -> str:
     """The post-state of ``v`` that step ``e`` records: its change applied to ``v``."""
+    if v in NESTED:
+        return f"Nested({e}.post.{v}, {v})"
     return f"({e}.post.{v} @@ {v})" if v in DELTA_VARS else f"{e}.post.{v}"
 
 
@@ -121,6 +132,7 @@ def module_text(traces: Sequence[Trace]) -> str:
             *step.definitions(),
             body,
             step_action(),
+            _NESTED,
             match_post(),
             _REPLAY,
             match_invariants(),
@@ -144,6 +156,9 @@ def cfg_text(invariants: Sequence[str], *, diagnose: bool = False) -> str:
         ("PageKeys", "TrPageKeys"),
         ("HostPoolBytes", "TrHostPoolBytes"),
         ("HostBlockBytes", "TrHostBlockBytes"),
+        ("Ranks", "TrRanks"),
+        ("Writer", "TrWriter"),
+        ("Backing", "TrBacking"),
         ("Bug", "TrBug"),
     ]
     names = [*invariants, *(diagnostic_invariants() if diagnose else [])]
