@@ -84,6 +84,7 @@ class ProtocolMachine:
         self.everyone = frozenset(range(config.ranks))
         self.copiers = frozenset(config.copiers)
         self._one = [frozenset((w,)) for w in range(config.ranks)]
+        self._has_readers = bool(config.readers)  # a shared pool with reader ranks
         # every request ever declared, only while recording: a trace's header names them all
         self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
 
@@ -723,6 +724,11 @@ class ProtocolMachine:
         s, a = self.state, "WorkerEnqueue"
         down = s.down[w] if 0 <= w < len(s.down) else None
         t = down.pop(transfer_id, None) if down is not None and w in self.copiers else None
+        if t is not None and self._has_readers and self._readers_hold(t.dst):
+            down[transfer_id] = t  # refused: nothing changes
+            raise ActionNotEnabled(
+                a, f"a reader's queued reads may still read host block {t.dst}: the writer "
+                "waits on its read-done event first")
         if t is not None:  # the common case: a copier's command
             s.copying[w][t.dst] = s.gpu_data[t.src]
             s.copying_tid[w][t.dst] = transfer_id
@@ -737,6 +743,44 @@ class ProtocolMachine:
         s.w_enq[w].append(transfer_id)
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"src": t.src, "dst": t.dst, "rank": w})
+
+    def _readers_hold(self, h: int) -> bool:
+        """A reader's queued reads may still read host block h (the writer must wait)."""
+        return self._writer_waits_for_readers() and any(h in r for r in self.state.reading)
+
+    def _writer_waits_for_readers(self) -> bool:
+        """The shared pool's writer orders its copies after the readers' read-done events."""
+        return True
+
+    def WorkerRead(self, w: int = 0) -> None:
+        """Reader rank w of a shared pool queues a decode step: its kernels may read the
+        host blocks of the running requests' host pages until WorkerReadsDone. Costs
+        O(block-table entries on the host) (worker side)."""
+        s, a = self.state, "WorkerRead"
+        if not 0 <= w < len(s.reading):
+            self._rank(a, w)  # raises
+        if w not in s.config.readers:
+            raise ActionNotEnabled(a, f"rank {w} copies into its own pool: its stream orders "
+                                      "its reads")
+        req = s.req
+        s.reading[w].update(
+            at[1] for p, at in s.loc.items()
+            if at is not None and at[0] == "host" and req[p[0]] == "running"
+        )
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {"rank": w})
+
+    def WorkerReadsDone(self, w: int = 0) -> None:
+        """Reader rank w's queued reads have finished (its read-done event fired): the
+        writer may copy into those blocks again."""
+        s, a = self.state, "WorkerReadsDone"
+        if not 0 <= w < len(s.reading):
+            self._rank(a, w)  # raises
+        if not s.reading[w]:
+            raise ActionNotEnabled(a, f"rank {w} has no reads queued")
+        s.reading[w].clear()
+        if self.check or self.steps is not None:  # nobody reads args otherwise
+            self._done(a, {"rank": w})
 
     def WorkerDrop(self, transfer_id: int, w: int = 0) -> None:
         """Injected defect only: rank w loses a received command."""
@@ -859,8 +903,13 @@ class ProtocolMachine:
         out: list[tuple[str, Callable[[], object]]] = []
         for w in range(s.config.ranks):
             for tid, t in list(s.down[w].items()):
-                if w in self.copiers or self._reader_may_enqueue(t):
+                if (
+                    (w in self.copiers and not self._readers_hold(t.dst))
+                    or (w not in self.copiers and self._reader_may_enqueue(t))
+                ):
                     out.append(("WorkerEnqueue", partial(self.WorkerEnqueue, tid, w)))
+            if s.reading[w]:
+                out.append(("WorkerReadsDone", partial(self.WorkerReadsDone, w)))
             for h, c in enumerate(s.copying[w]):
                 if c is not None:
                     out.append(("WorkerComplete", partial(self.WorkerComplete, h, w)))
