@@ -725,7 +725,7 @@ class ProtocolMachine:
         down = s.down[w] if 0 <= w < len(s.down) else None
         t = down.pop(transfer_id, None) if down is not None and w in self.copiers else None
         if t is not None and self._has_readers and self._readers_hold(t.dst):
-            down[transfer_id] = t  # refused: nothing changes
+            s.down[w][transfer_id] = t  # refused: nothing changes
             raise ActionNotEnabled(
                 a, f"a reader's queued reads may still read host block {t.dst}: the writer "
                 "waits on its read-done event first")
