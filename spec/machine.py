@@ -723,13 +723,13 @@ class ProtocolMachine:
         the writer's copy event (``waits``) while that copy is in flight."""
         s, a = self.state, "WorkerEnqueue"
         down = s.down[w] if 0 <= w < len(s.down) else None
-        t = down.pop(transfer_id, None) if down is not None and w in self.copiers else None
-        if t is not None and self._has_readers and self._readers_hold(t.dst):
-            s.down[w][transfer_id] = t  # refused: nothing changes
-            raise ActionNotEnabled(
-                a, f"a reader's queued reads may still read host block {t.dst}: the writer "
-                "waits on its read-done event first")
+        t = down.get(transfer_id) if down is not None and w in self.copiers else None
         if t is not None:  # the common case: a copier's command
+            if self._has_readers and self._readers_hold(t.dst):  # refused before any change
+                raise ActionNotEnabled(
+                    a, f"a reader's queued reads may still read host block {t.dst}: the "
+                    "writer waits on its read-done event first")
+            del s.down[w][transfer_id]
             s.copying[w][t.dst] = s.gpu_data[t.src]
             s.copying_tid[w][t.dst] = transfer_id
         else:
