@@ -351,6 +351,7 @@ class HiSparseCoordinator:
         moved: list[tuple[int, Spill]] = []
         closing: list[int] = []
         touched: set[RequestId] = set()
+        reader = w not in m.copiers  # a reader's enqueued ack is its last
         for tid in enq:
             h = dst[tid]
             sp = spill[h]
@@ -358,7 +359,7 @@ class HiSparseCoordinator:
             touched.add(sp.page[0])
             if sp.phase == "sent":
                 moved.append((h, sp))
-            if w not in m.copiers:  # a reader's enqueued ack is its last
+            if reader:
                 closing.append(h)
             m.WorkerEnqueue(tid, w)
             sent.discard(tid)

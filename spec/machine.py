@@ -37,6 +37,7 @@ from hisparse.spec.state import (
     Loc,
     Meta,
     Page,
+    Phase,
     ProtocolConfig,
     ProtocolState,
     ReqState,
@@ -389,35 +390,36 @@ class ProtocolMachine:
         reader = w not in self.copiers  # a reader's enqueued ack is its last
         first: list[int] = []  # the spec's E0: acked while sent
         full: list[int] = []  # E: every rank's enqueued ack consumed
-        for h in enq:
+        for h in enq:  # (Spill built whole: _replace costs a frame and a map per field)
             sp = spill[h]
             assert sp is not None  # an open transfer (_resolve_ids)
-            if sp.phase == "sent":
+            ranks, need, phase = sp.enq, sp.need, sp.phase
+            if phase == "sent":
                 first.append(h)
-                sp = sp._replace(enq=sp.enq | one)
-                if sp.enq == everyone:
+                ranks = ranks | one
+                if ranks == everyone:
                     full.append(h)
+                    phase = self._after_enqueued(h, sp.page)
             if reader:
-                sp = sp._replace(need=sp.need - one)
-            spill[h] = sp  # (_set_spill's phase-change case: no index changes)
-        for h in self._released_sources(first, full):
+                need = need - one
+            # (_set_spill's phase-change case: no index changes)
+            spill[h] = Spill(sp.src, sp.page, phase, sp.transfer_id, ranks, need)
+        for h in self._released_sources(first, full) if first else ():
             self._release_source(h)
-        for h in full:
-            self._after_enqueued(h)
+        if reader:  # a transfer no rank owes an ack for any more closes
+            for h in enq:
+                sp = spill[h]
+                if sp is not None and sp.phase != "sent" and not sp.need:
+                    self._close(h)
         for h in done:
             sp = spill[h]
-            assert sp is not None
-            spill[h] = sp._replace(need=sp.need - one)
-        closing = enq if not done else list(dict.fromkeys(enq + done))
-        early = set(done) if done else ()
-        for h in closing:
-            sp = spill[h]
-            if sp is not None and sp.phase != "sent" and (
-                not sp.need or (h in early and self._closes_early(h))
-            ):
+            if sp is None:  # closed above by this meta's enqueued ack
+                continue
+            need = sp.need - one
+            if sp.phase != "sent" and (not need or self._closes_early(h)):
                 self._close(h)
-        if full:
-            self._published_at_enqueued(full)
+            else:
+                spill[h] = Spill(sp.src, sp.page, sp.phase, sp.transfer_id, sp.enq, need)
 
     def _released_sources(self, first: list[int], full: list[int]) -> list[int]:
         """The transfers whose GPU source goes back to HMA in this meta: those every rank
@@ -427,9 +429,6 @@ class ProtocolMachine:
     def _closes_early(self, h: int) -> bool:
         """Whether a completed ack closes transfer h while other ranks still owe acks: never."""
         return False
-
-    def _published_at_enqueued(self, full: list[int]) -> None:
-        """A page is published at its close, never at its enqueued acks."""
 
     def open_transfer(self, tid: int) -> int | None:
         """The destination host block of open transfer ``tid``; None if it is not open."""
@@ -525,16 +524,13 @@ class ProtocolMachine:
             out.append(h)
         return out
 
-    def _after_enqueued(self, h: int) -> None:
-        """Every rank enqueued transfer h: its block-table entry moves to the host."""
-        s = self.state
-        sp = s.spill[h]
-        assert sp is not None
-        TRANSFER.next(sp.phase, "enqueued_ack")
-        p = sp.page
-        if s.req[p[0]] == "running":
+    def _after_enqueued(self, h: int, p: Page) -> Phase:
+        """Every rank enqueued transfer h (of page p, sent): its block-table entry moves
+        to the host; returns the transfer's new phase."""
+        phase = cast(Phase, TRANSFER.next("sent", "enqueued_ack"))
+        if self.state.req[p[0]] == "running":
             self._set_loc(p, self._moved_entry(h))
-        s.spill[h] = sp._replace(phase="enqueued")  # (_set_spill's phase-change case)
+        return phase
 
     def _release_source(self, h: int) -> None:
         """Transfer h's GPU source goes back to HMA with its pin."""

@@ -17,7 +17,7 @@ from hypothesis import settings
 
 from hisparse.bugs import BUGS
 from hisparse.spec.record import machine_trace
-from hisparse.spec.trace import write_trace
+from hisparse.spec.trace import read_trace, write_trace
 from hisparse.tlc import TlcInstall
 from hisparse.tracecheck.check import check_traces
 from tests.protocol_helpers import make_machine
@@ -54,6 +54,42 @@ def test_hypothesis_traces_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None
     assert result.accepted and not bad, bad
     assert result.steps >= 10 * TRACES_NEEDED  # mean length of at least ten steps
     print(f"{len(recorded)} traces, {result.steps} steps, longest {result.longest}, TLC {result.tlc_seconds:.1f} s")
+
+
+@pytest.mark.parametrize("backing", ["private", "shared"])
+def test_two_rank_traces_are_accepted(tmp_path: Path, tlc: TlcInstall, backing: str) -> None:
+    """Traces of two tensor-parallel ranks (every rank-indexed step names its rank)."""
+    recorded: list[Path] = []
+
+    class Recording(ProtocolStateful):
+        RANKS = 2
+        BACKING = backing
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = make_machine(
+                gpu_blocks=3, host_pool_bytes=9, record=True, ranks=2, backing=backing
+            )
+
+        def teardown(self) -> None:
+            super().teardown()
+            assert self.m.steps is not None
+            if self.m.steps:
+                path = tmp_path / f"t{len(recorded):04d}.jsonl"
+                write_trace(path, machine_trace(self.m))
+                recorded.append(path)
+
+    Recording.TestCase.settings = settings(
+        max_examples=100, stateful_step_count=60, deadline=None, database=None
+    )
+    Recording.TestCase().runTest()
+    assert len(recorded) >= 40
+    ranked = {s.args.rank for p in recorded for s in read_trace(p).steps if hasattr(s.args, "rank")}
+    assert ranked == {0, 1}  # both ranks took part
+    result = check_traces(recorded, install=tlc)
+    bad = [v.line() for v in result.rejected]
+    assert result.accepted and not bad, bad
+    print(f"{backing}: {len(recorded)} traces, {result.steps} steps, TLC {result.tlc_seconds:.1f} s")
 
 
 INVARIANT_BUGS = [b for b in BUGS if b.kind == "invariant"]
