@@ -51,6 +51,11 @@ class LossOutcome:
     published: list[int] = field(default_factory=list)  # host pages published
 
 
+# tuple.__new__ builds a NamedTuple without the Python-level __new__ frame (hot paths)
+_tuple_new = tuple.__new__
+# the "enqueued now" set of an enqueued-ID lookup (never mutated)
+_NO_IDS: set[int] = set()
+
 # (action, args, changes of the written variables) as recorded for trace validation
 StepRecord = tuple[str, dict[str, Any], dict[str, Any]]
 
@@ -81,26 +86,31 @@ class ProtocolMachine:
 
     def add_request(self, r: RequestId, keys: Sequence[Key]) -> None:
         """Declare a request and the keys of its pages (a constant of the spec)."""
+        s = self.state
         if not r or r in SENTINELS:
             raise ActionNotEnabled("add_request", f"request id {r!r} is empty or reserved")
-        if r in self.state.page_keys:
+        if r in s.page_keys:
             raise ActionNotEnabled("add_request", f"request {r!r} already declared")
-        if not keys:
+        t = tuple(keys)
+        if not t:
             raise ActionNotEnabled("add_request", f"request {r!r} has no pages")
-        if not all(keys) or not SENTINELS.isdisjoint(keys):  # (C loops: the common case)
-            bad = [k for k in keys if not k or k in SENTINELS]
+        if not all(t) or not SENTINELS.isdisjoint(t):  # (C loops: the common case)
+            bad = [k for k in t if not k or k in SENTINELS]
             raise ActionNotEnabled("add_request", f"reserved or empty keys {bad!r}")
-        seen = self.declared.get(r) if self.declared is not None else None
-        if seen is not None and seen != tuple(keys):
-            raise ActionNotEnabled(
-                "add_request", f"request id {r!r} reused with other keys while recording a trace"
-            )
-        s = self.state
-        s.page_keys[r] = tuple(keys)
+        declared = self.declared
+        if declared is not None:
+            seen = declared.get(r)
+            if seen is not None and seen != t:
+                raise ActionNotEnabled(
+                    "add_request",
+                    f"request id {r!r} reused with other keys while recording a trace",
+                )
+            declared[r] = t
+        s.page_keys[r] = t
         s.req[r] = "new"
-        s.loc.update(dict.fromkeys(s.pages_of(r)))  # every page: no block yet
-        if self.declared is not None:
-            self.declared[r] = tuple(keys)
+        loc = s.loc
+        for i in range(1, len(t) + 1):  # every page: no block yet (no pages_of list)
+            loc[(r, i)] = None
 
     # -- bookkeeping --------------------------------------------------------
 
@@ -191,10 +201,12 @@ class ProtocolMachine:
     def _host_to(self, h: int, trigger: str) -> None:
         """Fire a host-page lifecycle trigger, keeping the in-use count in step."""
         s = self.state
-        old = s.host_state[h]
-        new = cast(HostState, HOST_PAGE.next(old, trigger))
-        s.host_used += (new != "free") - (old != "free")
-        s.host_state[h] = new
+        states = s.host_state
+        old = states[h]
+        new = HOST_PAGE.next(old, trigger)
+        if (old == "free") is not (new == "free"):
+            s.host_used += 1 if old == "free" else -1
+        states[h] = cast(HostState, new)
 
     def _request(self, action: str, r: RequestId) -> None:
         if r not in self.state.req:
@@ -342,16 +354,17 @@ class ProtocolMachine:
 
     def ConsumeMeta(self) -> None:
         """Consume the oldest worker meta: enqueued IDs first, then completed IDs."""
-        s, a = self.state, "ConsumeMeta"
-        if not s.up:
-            raise ActionNotEnabled(a, "no worker meta to consume")
-        meta = s.up[0]
-        enq = self._resolve_ids(meta.enqueued, "sent", set()) if meta.enqueued else []
-        done = self._completed_hosts(meta, set(enq))
-        s.up.popleft()
+        s = self.state
+        up = s.up
+        if not up:
+            raise ActionNotEnabled("ConsumeMeta", "no worker meta to consume")
+        meta = up[0]
+        enq = self._resolve_ids(meta.enqueued, "sent", _NO_IDS) if meta.enqueued else []
+        done = self._completed_hosts(meta, set(enq)) if meta.completed else []
+        up.popleft()
         self._apply_meta(enq, done)
         if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done(a, {})
+            self._done("ConsumeMeta", {})
 
     def _completed_hosts(self, meta: Meta, enqueued_now: set[int]) -> list[int]:
         """The destinations of the meta's completed IDs, each past its enqueued ack."""
@@ -428,10 +441,20 @@ class ProtocolMachine:
         g, p = sp.src, sp.page
         if s.req[p[0]] == "running":
             self._set_loc(p, self._moved_entry(h))
-        self._own(g, None)
+        owner = s.gpu_owner  # _own(g, None), inlined: this runs once per transfer
+        old = owner[g]
+        if old is not None:
+            refs = s.req_refs
+            n = refs.get(old[0], 0) - 1
+            if n:
+                refs[old[0]] = n
+            else:
+                refs.pop(old[0], None)
+            owner[g] = None
         s.gpu_data[g] = GARBAGE
         self._unpin(g)
-        self._set_spill(h, Spill(g, p, "enqueued", sp.transfer_id))
+        # a phase change: _set_spill's whole effect (its indexes already name the transfer)
+        s.spill[h] = _tuple_new(Spill, (g, p, "enqueued", sp.transfer_id))
 
     def _moved_entry(self, h: int) -> Loc:
         """The block-table entry of a page whose enqueued ack moved it to host block h."""
@@ -473,7 +496,8 @@ class ProtocolMachine:
         # a page's resident lease is always the block its entry names (LivePagesReadable)
         resident: list[tuple[Page, int]] = []
         loc = s.loc
-        for p in s.pages_of(r):
+        for i in range(1, len(s.page_keys[r]) + 1):  # (no pages_of list)
+            p = (r, i)
             w = loc[p]
             if w is not None:  # an entry already None stays None
                 if w[0] == "gpu":
@@ -482,9 +506,18 @@ class ProtocolMachine:
                 else:
                     self._set_loc(p, None)
         freed = self._freed_at_end(how, resident)
-        for g in freed:
-            self._own(g, None)
-            s.gpu_data[g] = GARBAGE
+        if freed:
+            owner, refs, data = s.gpu_owner, s.req_refs, s.gpu_data
+            for g in freed:  # _own(g, None), inlined
+                old = owner[g]
+                if old is not None:
+                    n = refs.get(old[0], 0) - 1
+                    if n:
+                        refs[old[0]] = n
+                    else:
+                        refs.pop(old[0], None)
+                    owner[g] = None
+                data[g] = GARBAGE
         return freed
 
     def _freed_at_end(self, how: str, resident: list[tuple[Page, int]]) -> list[int]:
@@ -561,17 +594,17 @@ class ProtocolMachine:
         """An ended request that nothing references leaves the protocol state; its ID
         may be declared again. Costs O(its pages)."""
         s, a = self.state, "Retire"
-        if r not in s.req:
-            self._request(a, r)  # raises
-        if not REQUEST.allows(s.req[r], "retire"):
-            raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, not ended")
+        st = s.req.get(r)
+        if st is None or not REQUEST.allows(st, "retire"):
+            self._request(a, r)  # raises for an unknown request
+            raise ActionNotEnabled(a, f"request {r!r} is {st}, not ended")
         why = self.retire_refusal(r)
         if why:
             raise ActionNotEnabled(a, why)
-        pages = s.pages_of(r)
-        REQUEST.next(s.req[r], "retire")
-        for p in pages:
-            del s.loc[p]
+        REQUEST.next(st, "retire")
+        loc = s.loc
+        for i in range(1, len(s.page_keys[r]) + 1):  # (no pages_of list)
+            del loc[(r, i)]
         del s.req[r], s.page_keys[r]
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"request": r})
@@ -625,17 +658,18 @@ class ProtocolMachine:
 
     def WorkerReport(self) -> Meta:
         """Report every pending ack in one meta (one meta in flight at a time)."""
-        s, a = self.state, "WorkerReport"
+        s = self.state
         if s.up:
-            raise ActionNotEnabled(a, "a worker meta is still in flight")
-        if not s.w_enq and not s.w_done:
-            raise ActionNotEnabled(a, "nothing to report")
-        meta = Meta(tuple(s.w_enq), tuple(s.w_done))
+            raise ActionNotEnabled("WorkerReport", "a worker meta is still in flight")
+        w_enq, w_done = s.w_enq, s.w_done
+        if not w_enq and not w_done:
+            raise ActionNotEnabled("WorkerReport", "nothing to report")
+        meta = _tuple_new(Meta, (tuple(w_enq), tuple(w_done)))
         s.up.append(meta)
-        s.w_enq.clear()
-        s.w_done.clear()
+        w_enq.clear()
+        w_done.clear()
         if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done(a, {})
+            self._done("WorkerReport", {})
         return meta
 
     def WorkerLoss(self) -> LossOutcome:
