@@ -21,7 +21,8 @@ from hisparse.spec.messages import (
     WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
-    trusted,
+    trusted_metadata,
+    trusted_worker_meta,
 )
 
 M = TypeVar("M")
@@ -85,7 +86,7 @@ class HiSparseConnector:
         transfers, replacements = c.take_commands()
         if not transfers and not replacements:
             return None
-        return trusted(HiSparseConnectorMetadata, transfers=transfers, replacements=replacements)
+        return trusted_metadata(transfers, replacements)
 
     def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
         """Consume the worker's acks (enqueued releases sources, completed publishes)."""
@@ -130,4 +131,4 @@ class HiSparseConnector:
         enqueued, completed = self.worker.take_acks()
         if not enqueued and not completed:
             return None
-        return trusted(HiSparseWorkerMeta, enqueued=enqueued, completed=completed)
+        return trusted_worker_meta(enqueued, completed)

@@ -35,7 +35,8 @@ from hisparse.spec.messages import (
     BlockTableReplacement,
     HiSparseWorkerMeta,
     SparseKVPageTransfer,
-    trusted,
+    trusted_replacement,
+    trusted_transfer,
 )
 from hisparse.spec.state import Key, Loc, Page, ProtocolState, RequestId, Spill
 
@@ -280,14 +281,7 @@ class HiSparseCoordinator:
                 if t is None:
                     continue
                 sent.add(tid)
-                out.append(
-                    trusted(
-                        SparseKVPageTransfer,
-                        transfer_id=tid,
-                        src_gpu_block=t.src,
-                        dst_host_block=int(t.dst),
-                    )
-                )
+                out.append(trusted_transfer(tid, t.src, int(t.dst)))
             transfers = tuple(out)
         reps, self._replacements = self._replacements, []
         if self._resync:  # a lost metadata may have carried replacements: send them all
@@ -346,14 +340,8 @@ class HiSparseCoordinator:
                 kv.free((sp.src,))
                 where = loc.get(page)  # (None: the request retired or its entry is gone)
                 if where is not None and where[0] == "host":
-                    reps.append(  # trusted values: no re-validation
-                        trusted(
-                            BlockTableReplacement,
-                            request_id=r,
-                            page_index=i,
-                            host_block=int(where[1]),
-                        )
-                    )
+                    # trusted values: no re-validation
+                    reps.append(trusted_replacement(r, i, int(where[1])))
         if closing:
             host_state = s.host_state
             for h in closing:

@@ -251,12 +251,14 @@ class ProtocolMachine:
         lowest-numbered candidates are taken.
         """
         s, a = self.state, "Arrive"
-        self.check_arrive(r)
+        st = s.req.get(r)
+        if st != "new":
+            self.check_arrive(r)  # raises
         keys = s.page_keys[r]
         m = self.hit_len(r)
-        if hosts is None:
-            hosts = [min(s.prefix[keys[i]]) for i in range(m)] if m else []
-        if m or len(hosts):  # (no comprehension frames for the common no-hit case)
+        if m or (hosts is not None and len(hosts)):  # (no comprehension frames: no hit)
+            if hosts is None:
+                hosts = [min(s.prefix[keys[i]]) for i in range(m)]
             hosts = [HostBlock(x) for x in hosts]
             if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
                 raise ActionNotEnabled(
@@ -279,9 +281,11 @@ class ProtocolMachine:
                 usable = False
         if len(blocks) != need or len(set(blocks)) != need or not usable:
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
-        s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "arrive"))
-        for i in range(m):
-            self._set_loc((r, i + 1), ("host", hosts[i]))
+        s.req[r] = cast(ReqState, REQUEST.next(st, "arrive"))  # type: ignore[arg-type]
+        if m:
+            assert hosts is not None  # (set above whenever there is a hit)
+            for i in range(m):
+                self._set_loc((r, i + 1), ("host", hosts[i]))
         loc, refs, data = s.loc, s.req_refs, s.gpu_data
         j = m
         for g in blocks:
@@ -318,11 +322,20 @@ class ProtocolMachine:
             raise ActionNotEnabled(a, f"host pool full ({cap} blocks in use)")
         g = where[1]
         tid = s.next_transfer_id
-        s.next_transfer_id += 1
+        s.next_transfer_id = tid + 1
         self._host_to(h, "lease")
-        s.host_key[h] = s.key_of(p)
-        self._set_spill(h, Spill(g, p, "sent", tid))
-        s.down[tid] = Transfer(tid, g, h)
+        r = p[0]
+        s.host_key[h] = s.page_keys[r][p[1] - 1]  # (key_of, inlined)
+        sp = _tuple_new(Spill, (g, p, "sent", tid))
+        if s.spill[h] is None:  # _set_spill's whole effect on a block with no open transfer
+            refs = s.req_refs
+            refs[r] = refs.get(r, 0) + 1
+            s.transfer_dst[tid] = h
+            s.open_spills.add(h)
+            s.spill[h] = sp
+        else:
+            self._set_spill(h, sp)
+        s.down[tid] = _tuple_new(Transfer, (tid, g, h))
         self._pin_source(p, g, h)
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"page": [p[0], p[1]], "host_block": h})
@@ -551,7 +564,8 @@ class ProtocolMachine:
     def EvictHost(self, h: int) -> None:
         """Drop a published host page that no block-table entry references."""
         s, a = self.state, "EvictHost"
-        self._host(a, h)
+        if not 0 <= h < s.config.host_blocks:
+            self._host(a, h)  # raises
         if s.host_state[h] != "valid":
             raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}, not valid")
         if not self._evictable(h):

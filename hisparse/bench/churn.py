@@ -25,7 +25,7 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
-from hisparse.spec.messages import HiSparseWorkerMeta, trusted
+from hisparse.spec.messages import trusted_worker_meta
 
 BLOCK_TOKENS, ROW_BYTES = 64, 656  # DeepSeek-V3.2 FP8 sparse MLA rows
 
@@ -95,12 +95,9 @@ class Churn:
         if tid is None:
             raise RuntimeError("spill found no host block: nothing evictable")
         conn.build_connector_meta()
-        conn.update_connector_output(
-            trusted(HiSparseWorkerMeta, enqueued=(tid,), completed=())
-        )
-        conn.update_connector_output(
-            trusted(HiSparseWorkerMeta, enqueued=(), completed=(tid,))
-        )
+        # what the worker role's get_worker_meta hands back
+        conn.update_connector_output(trusted_worker_meta((tid,), ()))
+        conn.update_connector_output(trusted_worker_meta((), (tid,)))
         self.running.append(r)
         if len(self.running) - self.head > self.live:
             c.finish(self.running[self.head])
