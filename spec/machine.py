@@ -203,7 +203,7 @@ class ProtocolMachine:
         s = self.state
         states = s.host_state
         old = states[h]
-        new = HOST_PAGE.next(old, trigger)
+        new = HOST_PAGE.table.get((old, trigger)) or HOST_PAGE.next(old, trigger)  # (raises)
         if (old == "free") is not (new == "free"):
             s.host_used += 1 if old == "free" else -1
         states[h] = cast(HostState, new)
@@ -286,8 +286,8 @@ class ProtocolMachine:
             assert hosts is not None  # (set above whenever there is a hit)
             for i in range(m):
                 self._set_loc((r, i + 1), ("host", hosts[i]))
-        loc, refs, data = s.loc, s.req_refs, s.gpu_data
-        j = m
+        loc, data = s.loc, s.gpu_data
+        j, fresh = m, 0
         for g in blocks:
             j += 1
             p = (r, j)
@@ -295,12 +295,15 @@ class ProtocolMachine:
                 loc[p] = ("gpu", g)
             else:
                 self._set_loc(p, ("gpu", g))
-            if owner[g] is None:  # _own's whole effect on a free block
-                refs[r] = refs.get(r, 0) + 1
+            if owner[g] is None:  # _own's whole effect on a free block (its count: below)
                 owner[g] = p
+                fresh += 1
             else:
                 self._own(g, p)
             data[g] = keys[j - 1]
+        if fresh:
+            refs = s.req_refs
+            refs[r] = refs.get(r, 0) + fresh
         if self.check or self.steps is not None:  # nobody reads args otherwise
             self._done(a, {"request": r})
 
@@ -353,6 +356,15 @@ class ProtocolMachine:
         """The page's part of StartSpill's condition (the host block's is separate):
         returns its resident location, or raises ActionNotEnabled."""
         s, a = self.state, "StartSpill"
+        if isinstance(p, tuple) and len(p) == 2:  # the common case first: every check passes
+            where = s.loc.get(p)  # (only known pages have entries)
+            if (
+                where is not None
+                and where[0] == "gpu"
+                and not s.src_pin[where[1]]
+                and s.req[p[0]] == "running"
+            ):
+                return where
         keys = s.page_keys.get(p[0]) if isinstance(p, tuple) and len(p) == 2 else None
         if keys is None or not 1 <= p[1] <= len(keys):  # (s.known(p), inlined)
             raise ActionNotEnabled(a, f"unknown page {p!r}")
@@ -536,7 +548,12 @@ class ProtocolMachine:
     def _freed_at_end(self, how: str, resident: list[tuple[Page, int]]) -> list[int]:
         """The ended request's resident blocks that go back to HMA: the unpinned ones."""
         s = self.state
-        return [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]
+        owner, pin = s.gpu_owner, s.src_pin
+        out: list[int] = []
+        for p, g in resident:  # (no comprehension frame)
+            if owner[g] == p and not pin[g]:
+                out.append(g)
+        return out
 
     def Finish(self, r: RequestId) -> list[int]:
         """r finishes: drop its table entries; returns the GPU blocks given back to HMA."""
