@@ -73,6 +73,8 @@ class ProtocolMachine:
         self.state = ProtocolState.initial(config)
         self.check = check
         self.steps: list[StepRecord] | None = [] if record else None
+        # checked or recorded: the hot actions test this one flag (fixed at construction)
+        self._observed = check or record
         self.observer: Observer | None = Observer(self.state) if record else None
         self.bug = config.bug
         if config.bug != "none":  # the variant's step shadows the production one
@@ -304,7 +306,7 @@ class ProtocolMachine:
         if fresh:
             refs = s.req_refs
             refs[r] = refs.get(r, 0) + fresh
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"request": r})
 
     def _leased_is_candidate(self) -> bool:
@@ -340,7 +342,7 @@ class ProtocolMachine:
             self._set_spill(h, sp)
         s.down[tid] = _tuple_new(Transfer, (tid, g, h))
         self._pin_source(p, g, h)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"page": [p[0], p[1]], "host_block": h})
         return tid
 
@@ -388,7 +390,7 @@ class ProtocolMachine:
         done = self._completed_hosts(meta, set(enq)) if meta.completed else []
         up.popleft()
         self._apply_meta(enq, done)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done("ConsumeMeta", {})
 
     def _completed_hosts(self, meta: Meta, enqueued_now: set[int]) -> list[int]:
@@ -562,7 +564,7 @@ class ProtocolMachine:
             self._request("Finish", r)  # raises for an unknown request
             raise ActionNotEnabled("Finish", f"request {r!r} is {st}")
         freed = self._end(r, "finish")
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done("Finish", {"request": r})
         return freed
 
@@ -593,7 +595,7 @@ class ProtocolMachine:
         s.host_key[h] = None
         self._unindex(h, k)
         s.host_data[h] = GARBAGE
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"host_block": h})
 
     def _evictable(self, h: int) -> bool:
@@ -637,7 +639,7 @@ class ProtocolMachine:
         for i in range(1, len(s.page_keys[r]) + 1):  # (no pages_of list)
             del loc[(r, i)]
         del s.req[r], s.page_keys[r]
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"request": r})
 
     # -- worker actions ---------------------------------------------------
@@ -657,7 +659,7 @@ class ProtocolMachine:
         s.copying[t.dst] = s.gpu_data[t.src]
         s.copying_tid[t.dst] = transfer_id
         s.w_enq.append(transfer_id)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done("WorkerEnqueue", {"src": t.src, "dst": t.dst})
 
     def WorkerDrop(self, transfer_id: int) -> None:
@@ -684,7 +686,7 @@ class ProtocolMachine:
         s.host_data[h] = data
         s.copying[h] = None
         s.w_done.append(s.copying_tid.pop(h))
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"host_block": h})
 
     def WorkerReport(self) -> Meta:
@@ -699,7 +701,7 @@ class ProtocolMachine:
         s.up.append(meta)
         w_enq.clear()
         w_done.clear()
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done("WorkerReport", {})
         return meta
 
