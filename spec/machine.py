@@ -275,12 +275,12 @@ class ProtocolMachine:
                 raise ActionNotEnabled(a, f"needs {need} free GPU blocks, {len(cand)} free")
             blocks = cand[:need]
         owner, n = s.gpu_owner, s.config.gpu_blocks
-        usable = True
-        for g in blocks:
-            if not 0 <= g < n:
-                self._gpu(a, g)
-            if owner[g] is not None and not self._leased_is_candidate():
-                usable = False
+        if len(blocks) and not (min(blocks) >= 0 and max(blocks) < n):  # (C loops: common case)
+            for g in blocks:
+                if not 0 <= g < n:
+                    self._gpu(a, g)  # raises
+        owned = any(map(owner.__getitem__, blocks))  # some block already holds a page
+        usable = not owned or self._leased_is_candidate()
         if len(blocks) != need or len(set(blocks)) != need or not usable:
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
         s.req[r] = cast(ReqState, REQUEST.next(st, "arrive"))  # type: ignore[arg-type]
@@ -289,7 +289,7 @@ class ProtocolMachine:
             for i in range(m):
                 self._set_loc((r, i + 1), ("host", hosts[i]))
         loc, data = s.loc, s.gpu_data
-        j, fresh = m, 0
+        j = m
         for g in blocks:
             j += 1
             p = (r, j)
@@ -297,15 +297,14 @@ class ProtocolMachine:
                 loc[p] = ("gpu", g)
             else:
                 self._set_loc(p, ("gpu", g))
-            if owner[g] is None:  # _own's whole effect on a free block (its count: below)
-                owner[g] = p
-                fresh += 1
-            else:
+            if owned:
                 self._own(g, p)
+            else:  # _own's whole effect on a free block (its reference count: below)
+                owner[g] = p
             data[g] = keys[j - 1]
-        if fresh:
+        if not owned and need:
             refs = s.req_refs
-            refs[r] = refs.get(r, 0) + fresh
+            refs[r] = refs.get(r, 0) + need
         if self._observed:  # nobody reads args otherwise
             self._done(a, {"request": r})
 
@@ -634,8 +633,7 @@ class ProtocolMachine:
         why = self.retire_refusal(r)
         if why:
             raise ActionNotEnabled(a, why)
-        REQUEST.next(st, "retire")
-        loc = s.loc
+        loc = s.loc  # (the "retire" transition: allowed above)
         for i in range(1, len(s.page_keys[r]) + 1):  # (no pages_of list)
             del loc[(r, i)]
         del s.req[r], s.page_keys[r]
