@@ -443,7 +443,7 @@ class ProtocolMachine:
             if reader:
                 need = need - one
             # (_set_spill's phase-change case: no index changes)
-            spill[h] = Spill(sp.src, sp.page, phase, sp.transfer_id, ranks, need)
+            spill[h] = _tuple_new(Spill, (sp.src, sp.page, phase, sp.transfer_id, ranks, need))
         for h in self._released_sources(first, full) if first else ():
             self._release_source(h)
         if reader:  # a transfer no rank owes an ack for any more closes
@@ -459,7 +459,9 @@ class ProtocolMachine:
             if sp.phase != "sent" and (not need or self._closes_early(h)):
                 self._close(h)
             else:
-                spill[h] = Spill(sp.src, sp.page, sp.phase, sp.transfer_id, sp.enq, need)
+                spill[h] = _tuple_new(
+                    Spill, (sp.src, sp.page, sp.phase, sp.transfer_id, sp.enq, need)
+                )
 
     def _released_sources(self, first: list[int], full: list[int]) -> list[int]:
         """The transfers whose GPU source goes back to HMA in this meta: those every rank
