@@ -24,6 +24,7 @@ def TypeOK(s: ProtocolState) -> Problems:
     # requests' keys, plus a retired request's published pages (still in host_key).
     data = {EMPTY, GARBAGE} | {k for ks in s.page_keys.values() for k in ks}
     data |= {k for k in s.host_key if k is not None}
+    data |= s.keys_seen  # (kept only while checking: a running copy may hold a retired key)
 
     def bad_data(x: object) -> bool:
         return x not in data

@@ -123,6 +123,8 @@ class ProtocolMachine:
                 )
             declared[r] = t
         s.page_keys[r] = t
+        if self.check:
+            s.keys_seen.update(t)
         s.req[r] = "new"
         loc = s.loc
         for i in range(1, len(t) + 1):  # every page: no block yet (no pages_of list)
@@ -444,8 +446,9 @@ class ProtocolMachine:
                 need = need - one
             # (_set_spill's phase-change case: no index changes)
             spill[h] = _tuple_new(Spill, (sp.src, sp.page, phase, sp.transfer_id, ranks, need))
-        for h in self._released_sources(first, full) if first else ():
-            self._release_source(h)
+        if first:
+            for h in self._released_sources(first, full):
+                self._release_source(spill[h])
         if reader:  # a transfer no rank owes an ack for any more closes
             for h in enq:
                 sp = spill[h]
@@ -574,12 +577,11 @@ class ProtocolMachine:
             self._set_loc(p, self._moved_entry(h))
         return phase
 
-    def _release_source(self, h: int) -> None:
-        """Transfer h's GPU source goes back to HMA with its pin."""
-        s = self.state
-        sp = s.spill[h]
+    def _release_source(self, sp: Spill | None) -> None:
+        """An open transfer's GPU source goes back to HMA with its pin."""
         assert sp is not None
         g = sp.src
+        s = self.state
         owner = s.gpu_owner  # _own(g, None), inlined: this runs once per transfer
         old = owner[g]
         if old is not None:
@@ -784,8 +786,8 @@ class ProtocolMachine:
         bytes as of its stream position; a reader of a shared pool orders its stream after
         the writer's copy event (``waits``) while that copy is in flight."""
         s, a = self.state, "WorkerEnqueue"
-        down = s.down[w] if 0 <= w < len(s.down) else None
-        t = down.get(transfer_id) if down is not None and w in self.copiers else None
+        # (a copier is a rank: the membership test is the range check too)
+        t = s.down[w].get(transfer_id) if w in self.copiers else None
         if t is not None:  # the common case: a copier's command
             if self._has_readers and self._readers_hold(t.dst):  # refused before any change
                 raise ActionNotEnabled(

@@ -168,6 +168,9 @@ class ProtocolState:
     open_spills: set[int] = field(default_factory=set)  # host blocks h with spill[h] set
     # per request: resident leases and open transfers naming its pages (Referenced)
     req_refs: dict[RequestId, int] = field(default_factory=dict)
+    # every key declared while invariants are checked (the spec's constant Keys): with
+    # W ranks a copy may still run from a source a retired request's page had reused
+    keys_seen: set[Key] = field(default_factory=set)
 
     @classmethod
     def initial(cls, config: ProtocolConfig) -> ProtocolState:
