@@ -68,27 +68,32 @@ class BlockPool:
     def allocate(self, n: int) -> list[int] | None:
         if n < 0:
             raise BlockPoolError(f"cannot allocate {n} blocks")
-        if n > len(self._free):
+        free = self._free
+        if n > len(free):
             return None
-        out = [heapq.heappop(self._free) for _ in range(n)]
-        for b in out:
-            self._is_free[b] = False
+        pop, is_free = heapq.heappop, self._is_free
+        out: list[int] = []
+        for _ in range(n):  # one loop, no comprehension frame: this runs per admission
+            b = pop(free)
+            is_free[b] = False
+            out.append(b)
         return out
 
     def free(self, blocks: Sequence[int]) -> None:
-        n = self.num_blocks
+        n, is_free, pinned = self.num_blocks, self._is_free, self._pinned
         for b in blocks:
-            if isinstance(b, HostBlock) or not 0 <= b < n:  # _check, inlined (hot)
+            if not 0 <= b < n or isinstance(b, HostBlock):  # _check, inlined (hot)
                 self._check(b)
-            if self._is_free[b]:
+            if is_free[b]:
                 raise BlockPoolError(f"block {b} is already free")
-            if b in self._pinned:
+            if b in pinned:
                 raise BlockPoolError(f"block {b} is pinned by a transfer")
         if len(blocks) > 1 and len(set(blocks)) != len(blocks):  # (one block: no set)
             raise BlockPoolError(f"duplicate blocks in free({list(blocks)})")
+        free, push = self._free, heapq.heappush
         for b in blocks:
-            self._is_free[b] = True
-            heapq.heappush(self._free, b)
+            is_free[b] = True
+            push(free, b)
 
     def pin(self, block: int) -> None:
         if isinstance(block, HostBlock) or not 0 <= block < self.num_blocks:

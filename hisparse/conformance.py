@@ -163,6 +163,7 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
             _by_index(c, lambda x: None if x == "idle" else str(x)) for c in _by_rank(s["copying"])
         ),
         "waits": tuple(hosts(x) for x in _by_rank(s["waits"])),
+        "reading": tuple(hosts(x) for x in _by_rank(s["reading"])),
         "wEnq": tuple(hosts(x) for x in _by_rank(s["wEnq"])),
         "wDone": tuple(hosts(x) for x in _by_rank(s["wDone"])),
         "gpuData": _by_index(s["gpuData"], str),
@@ -206,6 +207,7 @@ def canon_python(m: ProtocolMachine) -> Canon:
         ),
         "copying": tuple(tuple(c) for c in _by_rank(j["copying"])),
         "waits": tuple(frozenset(x) for x in _by_rank(j["waits"])),
+        "reading": tuple(frozenset(x) for x in _by_rank(j["reading"])),
         "wEnq": tuple(frozenset(x) for x in _by_rank(j["wEnq"])),
         "wDone": tuple(frozenset(x) for x in _by_rank(j["wDone"])),
         "gpuData": tuple(j["gpuData"]),

@@ -21,7 +21,8 @@ from hisparse.spec.messages import (
     WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
-    trusted,
+    trusted_metadata,
+    trusted_worker_meta,
 )
 
 M = TypeVar("M")
@@ -88,7 +89,7 @@ class HiSparseConnector:
         transfers, replacements = c.take_commands()
         if not transfers and not replacements:
             return None
-        return trusted(HiSparseConnectorMetadata, transfers=transfers, replacements=replacements)
+        return trusted_metadata(transfers, replacements)
 
     def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
         """Consume one rank's acks (enqueued releases sources, completed publishes).
@@ -137,6 +138,4 @@ class HiSparseConnector:
         enqueued, completed = self.worker.take_acks()
         if not enqueued and not completed:
             return None
-        return trusted(
-            HiSparseWorkerMeta, enqueued=enqueued, completed=completed, rank=self.worker.rank
-        )
+        return trusted_worker_meta(enqueued, completed, self.worker.rank)

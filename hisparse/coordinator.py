@@ -35,8 +35,8 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import islice
+from typing import NamedTuple
 
 from hisparse.blockpool import KVCacheManager
 from hisparse.config import HiSparseConfig
@@ -46,7 +46,8 @@ from hisparse.spec.messages import (
     BlockTableReplacement,
     HiSparseWorkerMeta,
     SparseKVPageTransfer,
-    trusted,
+    trusted_replacement,
+    trusted_transfer,
 )
 from hisparse.spec.state import Key, Loc, Page, ProtocolState, RequestId, Spill
 
@@ -65,9 +66,10 @@ class RequestNeverFits(ProtocolError):
         self.pool = pool
 
 
-@dataclass(frozen=True)
-class Admission:
-    """Where a newly running request's pages live: ("gpu", block) or ("host", block)."""
+class Admission(NamedTuple):
+    """Where a newly running request's pages live: ("gpu", block) or ("host", block).
+    (A NamedTuple: immutable, and one object per admission instead of a frozen
+    dataclass's attribute-by-attribute construction.)"""
 
     request_id: RequestId
     table: tuple[Loc, ...]
@@ -133,9 +135,9 @@ class HiSparseCoordinator:
         m = self.machine
         m.check_arrive(request_id)
         s = m.state
-        keys = s.page_keys[request_id]
+        n = len(s.page_keys[request_id])
         hits = m.hit_len(request_id)
-        need = len(keys) - hits
+        need = n - hits
         if need > self.gpu_blocks:
             raise RequestNeverFits(request_id, need, self.gpu_blocks)
         blocks = self.kv.allocate(need)
@@ -149,7 +151,8 @@ class HiSparseCoordinator:
         self.prefix_hits += hits
         loc, resident = s.loc, self._resident
         table: list[Loc] = []
-        for p in s.pages_of(request_id):
+        for i in range(1, n + 1):  # (no pages_of list)
+            p = (request_id, i)
             where = loc[p]
             assert where is not None  # LivePagesReadable: a running request's pages have blocks
             table.append(where)
@@ -168,23 +171,40 @@ class HiSparseCoordinator:
         self._end(request_id, abort=True)
 
     def _end(self, r: RequestId, *, abort: bool) -> None:
-        s = self.machine.state
+        m = self.machine
+        s = m.state
         hosts: list[int] = []
-        pages = s.pages_of(r) if r in s.page_keys else []
-        loc, resident = s.loc, self._resident
-        for p in pages:
-            w = loc[p]
-            if w is not None and w[0] == "host":
-                hosts.append(w[1])
-        freed = self.machine.Abort(r) if abort else self.machine.Finish(r)
+        gpu: list[Page] = []  # pages that may be spillable: they leave the index
+        keys = s.page_keys.get(r)
+        if keys is not None:
+            loc = s.loc
+            for i in range(1, len(keys) + 1):  # (no pages_of list)
+                p = (r, i)
+                w = loc[p]
+                if w is not None:
+                    if w[0] == "host":
+                        hosts.append(w[1])
+                    else:
+                        gpu.append(p)
+        freed = m.Abort(r) if abort else m.Finish(r)
         if freed:
             self.kv.free(freed)
-        for p in pages:
+        resident = self._resident
+        for p in gpu:
             resident.pop(p, None)
         self._running.pop(r, None)
         for h in hosts:
             self._release_host(h)
-        self._retire((r,))
+        self._retire_one(r)
+
+    def _retire_one(self, r: RequestId) -> None:
+        """Retire ended request r if nothing references it any more."""
+        if self.machine.state.req.get(r) in ("finished", "aborted"):
+            try:  # Retire checks retire_refusal itself; a refusal changes nothing
+                self.machine.Retire(r)
+            except ActionNotEnabled:
+                return
+            self.retired += 1
 
     def _release_host(self, h: int) -> None:
         """A published page nothing references becomes the newest eviction candidate."""
@@ -195,15 +215,8 @@ class HiSparseCoordinator:
 
     def _retire(self, requests: Iterable[RequestId]) -> None:
         """Retire each ended request that nothing references any more."""
-        m = self.machine
-        req = m.state.req
         for r in requests:
-            if req.get(r) in ("finished", "aborted"):
-                try:  # Retire checks retire_refusal itself; a refusal changes nothing
-                    m.Retire(r)
-                except ActionNotEnabled:
-                    continue
-                self.retired += 1
+            self._retire_one(r)
 
     # -- spills ---------------------------------------------------------------
 
@@ -214,9 +227,20 @@ class HiSparseCoordinator:
     def _free_host_block(self) -> int | None:
         """The lowest free host block, evicting the LRU victim if the pool is full.
         Only called once the spill is known to be allowed."""
-        if self.machine.state.host_used >= self._host_capacity and not self.evict_published(1):
+        if self.machine.state.host_used >= self._host_capacity and not self._evict_lru():
             return None
         return self._host_free[0] if self._host_free else None
+
+    def _evict_lru(self) -> bool:
+        """Evict the least recently used published, unreferenced host page, if any."""
+        lru = self._lru
+        if not lru:
+            return False
+        victim = next(iter(lru))
+        self.machine.EvictHost(victim)
+        del lru[victim]
+        heapq.heappush(self._host_free, victim)
+        return True
 
     def spill(self, page: Page) -> int | None:
         """Start spilling one resident page; None if the host pool has no room.
@@ -240,11 +264,7 @@ class HiSparseCoordinator:
         """Evict up to ``limit`` (all: None) published, unreferenced host pages, least
         recently used first; returns how many. O(pages evicted x log pool)."""
         n = 0
-        while self._lru and (limit is None or n < limit):
-            victim = next(iter(self._lru))
-            self.machine.EvictHost(victim)
-            del self._lru[victim]
-            heapq.heappush(self._host_free, victim)
+        while (limit is None or n < limit) and self._evict_lru():
             n += 1
         return n
 
@@ -270,6 +290,8 @@ class HiSparseCoordinator:
         tids, self._unsent = self._unsent, []
         if self.ranks > 1:
             return self._take_ranked(tids), self._take_replacements()
+        if not tids:
+            return (), self._take_replacements()
         down, sent = s.down[0], self._sent[0]
         out: list[SparseKVPageTransfer] = []
         for tid in tids:  # one loop, no comprehension frames: this runs every step
@@ -277,15 +299,7 @@ class HiSparseCoordinator:
             if t is None:
                 continue
             sent.add(tid)
-            out.append(
-                trusted(
-                    SparseKVPageTransfer,
-                    transfer_id=tid,
-                    src_gpu_block=t.src,
-                    dst_host_block=int(t.dst),
-                    ranks=None,
-                )
-            )
+            out.append(trusted_transfer(tid, t.src, int(t.dst)))
         return tuple(out), self._take_replacements()
 
     def _take_ranked(self, tids: list[int]) -> tuple[SparseKVPageTransfer, ...]:
@@ -301,12 +315,11 @@ class HiSparseCoordinator:
             for w in holders:
                 sent[w].add(tid)
             out.append(
-                trusted(
-                    SparseKVPageTransfer,
-                    transfer_id=tid,
-                    src_gpu_block=t.src,
-                    dst_host_block=int(t.dst),
-                    ranks=None if len(holders) == len(downs) else tuple(holders),
+                trusted_transfer(
+                    tid,
+                    t.src,
+                    int(t.dst),
+                    None if len(holders) == len(downs) else tuple(holders),
                 )
             )
         return tuple(out)
@@ -347,55 +360,56 @@ class HiSparseCoordinator:
                 raise UnknownTransfer(tid, "enqueued ack for a transfer never handed over")
         m.check_report(enq, done, w)
         # everything below is enabled (check_report): plain loops, no comprehension frames
-        dst, spill = s.transfer_dst, s.spill
+        dst, spill, req = s.transfer_dst, s.spill, s.req
         moved: list[tuple[int, Spill]] = []
         closing: list[int] = []
-        touched: set[RequestId] = set()
+        ended: list[RequestId] = []  # requests of these transfers that may retire after
         reader = w not in m.copiers  # a reader's enqueued ack is its last
         for tid in enq:
             h = dst[tid]
             sp = spill[h]
             assert sp is not None  # an open transfer (check_report)
-            touched.add(sp.page[0])
             if sp.phase == "sent":
                 moved.append((h, sp))
             if reader:
                 closing.append(h)
             m.WorkerEnqueue(tid, w)
             sent.discard(tid)
+            if req[sp.page[0]] != "running":
+                ended.append(sp.page[0])
         for tid in done:
             h = dst[tid]
             sp = spill[h]
-            if sp is not None:
-                touched.add(sp.page[0])
+            if sp is not None and req[sp.page[0]] != "running":
+                ended.append(sp.page[0])
             closing.append(h)
             m.WorkerComplete(h, w)
         m.WorkerReport(w)
         m.ConsumeMeta(w)
-        kv, loc, keys, reps = self.kv, s.loc, s.page_keys, self._replacements
-        for h, sp in moved:
-            now = spill[h]
-            if now is not None and now.phase == "sent":
-                continue  # another rank has not enqueued it yet: the source stays leased
-            r, i = page = sp.page
-            kv.unpin(sp.src)
-            kv.free((sp.src,))
-            where = loc[page] if r in keys else None
-            if where is not None and where[0] == "host":
-                reps.append(  # trusted values: no re-validation
-                    trusted(
-                        BlockTableReplacement, request_id=r, page_index=i, host_block=int(where[1])
-                    )
-                )
-        host_state = s.host_state
-        for h in closing:
-            if spill[h] is not None:
-                continue  # another rank still owes an ack
-            if host_state[h] == "valid":
-                self._release_host(h)
-            else:  # an aborted request's or an abandoned transfer's page was discarded
-                heapq.heappush(self._host_free, h)
-        self._retire(touched)
+        if moved:
+            kv, loc, reps = self.kv, s.loc, self._replacements
+            for h, sp in moved:
+                now = spill[h]
+                if now is not None and now.phase == "sent":
+                    continue  # another rank has not enqueued it yet: the source stays leased
+                r, i = page = sp.page
+                kv.unpin(sp.src)
+                kv.free((sp.src,))
+                where = loc.get(page)  # (None: the request retired or its entry is gone)
+                if where is not None and where[0] == "host":
+                    # trusted values: no re-validation
+                    reps.append(trusted_replacement(r, i, int(where[1])))
+        if closing:
+            host_state = s.host_state
+            for h in closing:
+                if spill[h] is not None:
+                    continue  # another rank still owes an ack
+                if host_state[h] == "valid":
+                    self._release_host(h)
+                else:  # an aborted request's or an abandoned transfer's page was discarded
+                    heapq.heappush(self._host_free, h)
+        for r in ended:
+            self._retire_one(r)
 
     def on_worker_lost(self, still_copying: Iterable[int], rank: int = 0) -> None:
         """Rank ``rank``'s worker restarted or a metadata message to or from it was lost

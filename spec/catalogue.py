@@ -30,10 +30,12 @@ from hisparse.spec.tracetypes import BlockId, Frozen, Name, Page, Rank
 # The spec's variables, in the order of its ``vars`` tuple (and of a trace's ``post``).
 VARIABLES: tuple[str, ...] = (
     "req", "loc", "gpuOwner", "srcPin", "hostState", "hostKey", "prefix", "spill",
-    "down", "up", "copying", "waits", "wEnq", "wDone", "gpuData", "hostData",
+    "down", "up", "copying", "waits", "reading", "wEnq", "wDone", "gpuData", "hostData",
 )
 # The variables indexed by rank (``[Ranks -> ...]``; ``hostData`` by copier rank).
-RANKED_VARIABLES: tuple[str, ...] = ("down", "up", "copying", "waits", "wEnq", "wDone", "hostData")
+RANKED_VARIABLES: tuple[str, ...] = (
+    "down", "up", "copying", "waits", "reading", "wEnq", "wDone", "hostData",
+)
 
 # --- argument models (one step of a trace) ---------------------------------------------
 
@@ -239,10 +241,17 @@ CATALOGUE: tuple[Action, ...] = (
         "WorkerEnqueue", TransferArgs, "transfer", ("down", "copying", "waits", "wEnq"),
         "WorkerEnqueue(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
         (("rank", "rank"), ("src", "gpu"), ("dst", "host")), (),
-        (Variant("reader_skips_writer_event", "LivePagesReadable", "invariant",
-                 "a reader rank of a shared host pool acks a command without ordering its "
-                 "stream after the writer's copy event", "_reader_orders_after_writer",
-                 variants.reader_skips_writer_event, model="tpshared"),),
+        (
+            Variant("reader_skips_writer_event", "LivePagesReadable", "invariant",
+                    "a reader rank of a shared host pool acks a command without ordering its "
+                    "stream after the writer's copy event", "_reader_orders_after_writer",
+                    variants.reader_skips_writer_event, model="tpshared"),
+            Variant("writer_skips_reader_done", "NoOverwriteUnderRead", "invariant",
+                    "the writer of a shared host pool copies into a block a reader's queued "
+                    "reads may still read (it does not wait on the reader's read-done event)",
+                    "_writer_waits_for_readers", variants.writer_skips_reader_done,
+                    model="tpshared"),
+        ),
         ranked=True,
     ),
     Action(
@@ -263,6 +272,10 @@ CATALOGUE: tuple[Action, ...] = (
     ),
     Action("WorkerReport", RankArgs, "none", ("up", "wEnq", "wDone"),
            "WorkerReport(e.args.rank)", (("rank", "rank"),), ranked=True),
+    Action("WorkerRead", RankArgs, "none", ("reading",),
+           "WorkerRead(e.args.rank)", (("rank", "rank"),), ranked=True),
+    Action("WorkerReadsDone", RankArgs, "none", ("reading",),
+           "WorkerReadsDone(e.args.rank)", (("rank", "rank"),), ranked=True),
     Action(
         "WorkerLoss", RankArgs, "none",
         ("down", "up", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill",

@@ -81,6 +81,9 @@ def TypeOK(s: ProtocolState) -> Problems:
     for w, waits in enumerate(s.waits):
         if any(not 0 <= h < h_n for h in waits):
             out.append(f"rank {w} waits on blocks {sorted(waits)}")
+    for w, reading in enumerate(s.reading):
+        if any(not 0 <= h < h_n for h in reading):
+            out.append(f"rank {w} reads blocks {sorted(reading)}")
     return out
 
 
@@ -185,6 +188,21 @@ def HostPoolNotOvercommitted(s: ProtocolState) -> Problems:
     return [f"{used} host blocks in use, capacity {cap}"] if used > cap else []
 
 
+def NoOverwriteUnderRead(s: ProtocolState) -> Problems:
+    """A shared pool's writer never copies into a block a reader's queued reads may still
+    read, unless those reads wait on that very copy's event (they follow it)."""
+    cfg = s.config
+    if not any(s.reading):
+        return []
+    copying = s.copying[cfg.writer]
+    return [
+        f"rank {v}'s queued reads of host block {h} race the writer's copy into it"
+        for v in cfg.readers
+        for h in sorted(s.reading[v])
+        if copying[h] is not None and h not in s.waits[v]
+    ]
+
+
 def RetiredUnreferenced(s: ProtocolState) -> Problems:
     """A request not in the protocol state (retired, or not yet declared) or still new
     is named by no block-table entry, resident lease or open transfer."""
@@ -210,6 +228,7 @@ INVARIANTS: dict[str, Callable[[ProtocolState], Problems]] = {
     "PublishedDataCorrect": PublishedDataCorrect,
     "LivePagesReadable": LivePagesReadable,
     "HostPoolNotOvercommitted": HostPoolNotOvercommitted,
+    "NoOverwriteUnderRead": NoOverwriteUnderRead,
     "RetiredUnreferenced": RetiredUnreferenced,
 }
 

@@ -58,6 +58,13 @@ class LossOutcome:
     published: list[int] = field(default_factory=list)  # host pages published
 
 
+# tuple.__new__ builds a NamedTuple without the Python-level __new__ frame (hot paths)
+_tuple_new = tuple.__new__
+# the "enqueued now" set of an enqueued-ID lookup (never mutated)
+_NO_IDS: set[int] = set()
+# a Spill's "no rank has enqueued it yet"
+_NO_RANKS: frozenset[int] = frozenset()
+
 # (action, args, changes of the written variables) as recorded for trace validation
 StepRecord = tuple[str, dict[str, Any], dict[str, Any]]
 
@@ -75,6 +82,8 @@ class ProtocolMachine:
         self.state = ProtocolState.initial(config)
         self.check = check
         self.steps: list[StepRecord] | None = [] if record else None
+        # checked or recorded: the hot actions test this one flag (fixed at construction)
+        self._observed = check or record
         self.observer: Observer | None = Observer(self.state) if record else None
         self.bug = config.bug
         if config.bug != "none":  # the variant's step shadows the production one
@@ -85,6 +94,7 @@ class ProtocolMachine:
         self.everyone = frozenset(range(config.ranks))
         self.copiers = frozenset(config.copiers)
         self._one = [frozenset((w,)) for w in range(config.ranks)]
+        self._has_readers = bool(config.readers)  # a shared pool with reader ranks
         # every request ever declared, only while recording: a trace's header names them all
         self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
 
@@ -92,28 +102,33 @@ class ProtocolMachine:
 
     def add_request(self, r: RequestId, keys: Sequence[Key]) -> None:
         """Declare a request and the keys of its pages (a constant of the spec)."""
+        s = self.state
         if not r or r in SENTINELS:
             raise ActionNotEnabled("add_request", f"request id {r!r} is empty or reserved")
-        if r in self.state.page_keys:
+        if r in s.page_keys:
             raise ActionNotEnabled("add_request", f"request {r!r} already declared")
-        if not keys:
+        t = tuple(keys)
+        if not t:
             raise ActionNotEnabled("add_request", f"request {r!r} has no pages")
-        if not all(keys) or not SENTINELS.isdisjoint(keys):  # (C loops: the common case)
-            bad = [k for k in keys if not k or k in SENTINELS]
+        if not all(t) or not SENTINELS.isdisjoint(t):  # (C loops: the common case)
+            bad = [k for k in t if not k or k in SENTINELS]
             raise ActionNotEnabled("add_request", f"reserved or empty keys {bad!r}")
-        seen = self.declared.get(r) if self.declared is not None else None
-        if seen is not None and seen != tuple(keys):
-            raise ActionNotEnabled(
-                "add_request", f"request id {r!r} reused with other keys while recording a trace"
-            )
-        s = self.state
-        s.page_keys[r] = tuple(keys)
+        declared = self.declared
+        if declared is not None:
+            seen = declared.get(r)
+            if seen is not None and seen != t:
+                raise ActionNotEnabled(
+                    "add_request",
+                    f"request id {r!r} reused with other keys while recording a trace",
+                )
+            declared[r] = t
+        s.page_keys[r] = t
         if self.check:
-            s.keys_seen.update(keys)
+            s.keys_seen.update(t)
         s.req[r] = "new"
-        s.loc.update(dict.fromkeys(s.pages_of(r)))  # every page: no block yet
-        if self.declared is not None:
-            self.declared[r] = tuple(keys)
+        loc = s.loc
+        for i in range(1, len(t) + 1):  # every page: no block yet (no pages_of list)
+            loc[(r, i)] = None
 
     # -- bookkeeping --------------------------------------------------------
 
@@ -204,10 +219,12 @@ class ProtocolMachine:
     def _host_to(self, h: int, trigger: str) -> None:
         """Fire a host-page lifecycle trigger, keeping the in-use count in step."""
         s = self.state
-        old = s.host_state[h]
-        new = cast(HostState, HOST_PAGE.next(old, trigger))
-        s.host_used += (new != "free") - (old != "free")
-        s.host_state[h] = new
+        states = s.host_state
+        old = states[h]
+        new = HOST_PAGE.table.get((old, trigger)) or HOST_PAGE.next(old, trigger)  # (raises)
+        if (old == "free") is not (new == "free"):
+            s.host_used += 1 if old == "free" else -1
+        states[h] = cast(HostState, new)
 
     def _request(self, action: str, r: RequestId) -> None:
         if r not in self.state.req:
@@ -257,12 +274,14 @@ class ProtocolMachine:
         lowest-numbered candidates are taken.
         """
         s, a = self.state, "Arrive"
-        self.check_arrive(r)
+        st = s.req.get(r)
+        if st != "new":
+            self.check_arrive(r)  # raises
         keys = s.page_keys[r]
         m = self.hit_len(r)
-        if hosts is None:
-            hosts = [min(s.prefix[keys[i]]) for i in range(m)] if m else []
-        if m or len(hosts):  # (no comprehension frames for the common no-hit case)
+        if m or (hosts is not None and len(hosts)):  # (no comprehension frames: no hit)
+            if hosts is None:
+                hosts = [min(s.prefix[keys[i]]) for i in range(m)]
             hosts = [HostBlock(x) for x in hosts]
             if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
                 raise ActionNotEnabled(
@@ -277,18 +296,20 @@ class ProtocolMachine:
                 raise ActionNotEnabled(a, f"needs {need} free GPU blocks, {len(cand)} free")
             blocks = cand[:need]
         owner, n = s.gpu_owner, s.config.gpu_blocks
-        usable = True
-        for g in blocks:
-            if not 0 <= g < n:
-                self._gpu(a, g)
-            if owner[g] is not None and not self._leased_is_candidate():
-                usable = False
+        if len(blocks) and not (min(blocks) >= 0 and max(blocks) < n):  # (C loops: common case)
+            for g in blocks:
+                if not 0 <= g < n:
+                    self._gpu(a, g)  # raises
+        owned = any(map(owner.__getitem__, blocks))  # some block already holds a page
+        usable = not owned or self._leased_is_candidate()
         if len(blocks) != need or len(set(blocks)) != need or not usable:
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
-        s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "arrive"))
-        for i in range(m):
-            self._set_loc((r, i + 1), ("host", hosts[i]))
-        loc, refs, data = s.loc, s.req_refs, s.gpu_data
+        s.req[r] = cast(ReqState, REQUEST.next(st, "arrive"))  # type: ignore[arg-type]
+        if m:
+            assert hosts is not None  # (set above whenever there is a hit)
+            for i in range(m):
+                self._set_loc((r, i + 1), ("host", hosts[i]))
+        loc, data = s.loc, s.gpu_data
         j = m
         for g in blocks:
             j += 1
@@ -297,13 +318,15 @@ class ProtocolMachine:
                 loc[p] = ("gpu", g)
             else:
                 self._set_loc(p, ("gpu", g))
-            if owner[g] is None:  # _own's whole effect on a free block
-                refs[r] = refs.get(r, 0) + 1
-                owner[g] = p
-            else:
+            if owned:
                 self._own(g, p)
+            else:  # _own's whole effect on a free block (its reference count: below)
+                owner[g] = p
             data[g] = keys[j - 1]
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if not owned and need:
+            refs = s.req_refs
+            refs[r] = refs.get(r, 0) + need
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"request": r})
 
     def _leased_is_candidate(self) -> bool:
@@ -324,15 +347,24 @@ class ProtocolMachine:
             raise ActionNotEnabled(a, f"host pool full ({cap} blocks in use)")
         g = where[1]
         tid = s.next_transfer_id
-        s.next_transfer_id += 1
+        s.next_transfer_id = tid + 1
         self._host_to(h, "lease")
-        s.host_key[h] = s.key_of(p)
-        self._set_spill(h, Spill(g, p, "sent", tid, frozenset(), self.everyone))
-        t = Transfer(tid, g, h)
+        r = p[0]
+        s.host_key[h] = s.page_keys[r][p[1] - 1]  # (key_of, inlined)
+        sp = _tuple_new(Spill, (g, p, "sent", tid, _NO_RANKS, self.everyone))
+        if s.spill[h] is None:  # _set_spill's whole effect on a block with no open transfer
+            refs = s.req_refs
+            refs[r] = refs.get(r, 0) + 1
+            s.transfer_dst[tid] = h
+            s.open_spills.add(h)
+            s.spill[h] = sp
+        else:
+            self._set_spill(h, sp)
+        t = _tuple_new(Transfer, (tid, g, h))
         for down in s.down:  # the same command to every rank
             down[tid] = t
         self._pin_source(p, g, h)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"page": [p[0], p[1]], "host_block": h})
         return tid
 
@@ -348,6 +380,15 @@ class ProtocolMachine:
         """The page's part of StartSpill's condition (the host block's is separate):
         returns its resident location, or raises ActionNotEnabled."""
         s, a = self.state, "StartSpill"
+        if isinstance(p, tuple) and len(p) == 2:  # the common case first: every check passes
+            where = s.loc.get(p)  # (only known pages have entries)
+            if (
+                where is not None
+                and where[0] == "gpu"
+                and not s.src_pin[where[1]]
+                and s.req[p[0]] == "running"
+            ):
+                return where
         keys = s.page_keys.get(p[0]) if isinstance(p, tuple) and len(p) == 2 else None
         if keys is None or not 1 <= p[1] <= len(keys):  # (s.known(p), inlined)
             raise ActionNotEnabled(a, f"unknown page {p!r}")
@@ -362,19 +403,19 @@ class ProtocolMachine:
 
     def ConsumeMeta(self, w: int = 0) -> None:
         """Consume rank w's oldest worker meta: enqueued IDs first, then completed IDs."""
-        s, a = self.state, "ConsumeMeta"
+        s = self.state
         if not 0 <= w < len(s.up):
-            self._rank(a, w)  # raises
+            self._rank("ConsumeMeta", w)  # raises
         up = s.up[w]
         if not up:
-            raise ActionNotEnabled(a, f"no worker meta of rank {w} to consume")
+            raise ActionNotEnabled("ConsumeMeta", f"no worker meta of rank {w} to consume")
         meta = up[0]
-        enq = self._resolve_ids(meta.enqueued, "sent", set(), w) if meta.enqueued else []
-        done = self._completed_hosts(meta, set(enq), w)
+        enq = self._resolve_ids(meta.enqueued, "sent", _NO_IDS, w) if meta.enqueued else []
+        done = self._completed_hosts(meta, set(enq), w) if meta.completed else []
         up.popleft()
         self._apply_meta(w, enq, done)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
-            self._done(a, {"rank": w})
+        if self._observed:  # nobody reads args otherwise
+            self._done("ConsumeMeta", {"rank": w})
 
     def _completed_hosts(self, meta: Meta, enqueued_now: set[int], w: int) -> list[int]:
         """The destinations of the meta's completed IDs, each past rank w's enqueued ack."""
@@ -404,7 +445,7 @@ class ProtocolMachine:
             if reader:
                 need = need - one
             # (_set_spill's phase-change case: no index changes)
-            spill[h] = Spill(sp.src, sp.page, phase, sp.transfer_id, ranks, need)
+            spill[h] = _tuple_new(Spill, (sp.src, sp.page, phase, sp.transfer_id, ranks, need))
         if first:
             for h in self._released_sources(first, full):
                 self._release_source(spill[h])
@@ -421,7 +462,9 @@ class ProtocolMachine:
             if sp.phase != "sent" and (not need or self._closes_early(h)):
                 self._close(h)
             else:
-                spill[h] = Spill(sp.src, sp.page, sp.phase, sp.transfer_id, sp.enq, need)
+                spill[h] = _tuple_new(
+                    Spill, (sp.src, sp.page, sp.phase, sp.transfer_id, sp.enq, need)
+                )
 
     def _released_sources(self, first: list[int], full: list[int]) -> list[int]:
         """The transfers whose GPU source goes back to HMA in this meta: those every rank
@@ -538,8 +581,18 @@ class ProtocolMachine:
         """An open transfer's GPU source goes back to HMA with its pin."""
         assert sp is not None
         g = sp.src
-        self._own(g, None)
-        self.state.gpu_data[g] = GARBAGE
+        s = self.state
+        owner = s.gpu_owner  # _own(g, None), inlined: this runs once per transfer
+        old = owner[g]
+        if old is not None:
+            refs = s.req_refs
+            n = refs.get(old[0], 0) - 1
+            if n:
+                refs[old[0]] = n
+            else:
+                refs.pop(old[0], None)
+            owner[g] = None
+        s.gpu_data[g] = GARBAGE
         self._unpin(g)
 
     def _moved_entry(self, h: int) -> Loc:
@@ -589,7 +642,8 @@ class ProtocolMachine:
         # a page's resident lease is always the block its entry names (LivePagesReadable)
         resident: list[tuple[Page, int]] = []
         loc = s.loc
-        for p in s.pages_of(r):
+        for i in range(1, len(s.page_keys[r]) + 1):  # (no pages_of list)
+            p = (r, i)
             w = loc[p]
             if w is not None:  # an entry already None stays None
                 if w[0] == "gpu":
@@ -598,15 +652,29 @@ class ProtocolMachine:
                 else:
                     self._set_loc(p, None)
         freed = self._freed_at_end(how, resident)
-        for g in freed:
-            self._own(g, None)
-            s.gpu_data[g] = GARBAGE
+        if freed:
+            owner, refs, data = s.gpu_owner, s.req_refs, s.gpu_data
+            for g in freed:  # _own(g, None), inlined
+                old = owner[g]
+                if old is not None:
+                    n = refs.get(old[0], 0) - 1
+                    if n:
+                        refs[old[0]] = n
+                    else:
+                        refs.pop(old[0], None)
+                    owner[g] = None
+                data[g] = GARBAGE
         return freed
 
     def _freed_at_end(self, how: str, resident: list[tuple[Page, int]]) -> list[int]:
         """The ended request's resident blocks that go back to HMA: the unpinned ones."""
         s = self.state
-        return [g for p, g in resident if s.gpu_owner[g] == p and not s.src_pin[g]]
+        owner, pin = s.gpu_owner, s.src_pin
+        out: list[int] = []
+        for p, g in resident:  # (no comprehension frame)
+            if owner[g] == p and not pin[g]:
+                out.append(g)
+        return out
 
     def Finish(self, r: RequestId) -> list[int]:
         """r finishes: drop its table entries; returns the GPU blocks given back to HMA."""
@@ -615,7 +683,7 @@ class ProtocolMachine:
             self._request("Finish", r)  # raises for an unknown request
             raise ActionNotEnabled("Finish", f"request {r!r} is {st}")
         freed = self._end(r, "finish")
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done("Finish", {"request": r})
         return freed
 
@@ -627,14 +695,15 @@ class ProtocolMachine:
         if not REQUEST.allows(s.req[r], "abort"):
             raise ActionNotEnabled("Abort", f"request {r!r} is {s.req[r]}")
         freed = self._end(r, "abort")
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done("Abort", {"request": r})
         return freed
 
     def EvictHost(self, h: int) -> None:
         """Drop a published host page that no block-table entry references."""
         s, a = self.state, "EvictHost"
-        self._host(a, h)
+        if not 0 <= h < s.config.host_blocks:
+            self._host(a, h)  # raises
         if s.host_state[h] != "valid":
             raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}, not valid")
         if not self._evictable(h):
@@ -645,7 +714,7 @@ class ProtocolMachine:
         s.host_key[h] = None
         self._unindex(h, k)
         self._scribble(h)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"host_block": h})
 
     def _evictable(self, h: int) -> bool:
@@ -677,19 +746,18 @@ class ProtocolMachine:
         """An ended request that nothing references leaves the protocol state; its ID
         may be declared again. Costs O(its pages)."""
         s, a = self.state, "Retire"
-        if r not in s.req:
-            self._request(a, r)  # raises
-        if not REQUEST.allows(s.req[r], "retire"):
-            raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, not ended")
+        st = s.req.get(r)
+        if st is None or not REQUEST.allows(st, "retire"):
+            self._request(a, r)  # raises for an unknown request
+            raise ActionNotEnabled(a, f"request {r!r} is {st}, not ended")
         why = self.retire_refusal(r)
         if why:
             raise ActionNotEnabled(a, why)
-        pages = s.pages_of(r)
-        REQUEST.next(s.req[r], "retire")
-        for p in pages:
-            del s.loc[p]
+        loc = s.loc  # (the "retire" transition: allowed above)
+        for i in range(1, len(s.page_keys[r]) + 1):  # (no pages_of list)
+            del loc[(r, i)]
         del s.req[r], s.page_keys[r]
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"request": r})
 
     # -- worker actions ---------------------------------------------------
@@ -719,8 +787,13 @@ class ProtocolMachine:
         the writer's copy event (``waits``) while that copy is in flight."""
         s, a = self.state, "WorkerEnqueue"
         # (a copier is a rank: the membership test is the range check too)
-        t = s.down[w].pop(transfer_id, None) if w in self.copiers else None
+        t = s.down[w].get(transfer_id) if w in self.copiers else None
         if t is not None:  # the common case: a copier's command
+            if self._has_readers and self._readers_hold(t.dst):  # refused before any change
+                raise ActionNotEnabled(
+                    a, f"a reader's queued reads may still read host block {t.dst}: the "
+                    "writer waits on its read-done event first")
+            del s.down[w][transfer_id]
             s.copying[w][t.dst] = s.gpu_data[t.src]
             s.copying_tid[w][t.dst] = transfer_id
         else:
@@ -732,8 +805,46 @@ class ProtocolMachine:
             if self._reader_orders_after_writer() and s.copying[writer][t.dst] is not None:
                 s.waits[w].add(t.dst)
         s.w_enq[w].append(transfer_id)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"src": t.src, "dst": t.dst, "rank": w})
+
+    def _readers_hold(self, h: int) -> bool:
+        """A reader's queued reads may still read host block h (the writer must wait)."""
+        return self._writer_waits_for_readers() and any(h in r for r in self.state.reading)
+
+    def _writer_waits_for_readers(self) -> bool:
+        """The shared pool's writer orders its copies after the readers' read-done events."""
+        return True
+
+    def WorkerRead(self, w: int = 0) -> None:
+        """Reader rank w of a shared pool queues a decode step: its kernels may read the
+        host blocks of the running requests' host pages until WorkerReadsDone. Costs
+        O(block-table entries on the host) (worker side)."""
+        s, a = self.state, "WorkerRead"
+        if not 0 <= w < len(s.reading):
+            self._rank(a, w)  # raises
+        if w not in s.config.readers:
+            raise ActionNotEnabled(a, f"rank {w} copies into its own pool: its stream orders "
+                                      "its reads")
+        req = s.req
+        s.reading[w].update(
+            at[1] for p, at in s.loc.items()
+            if at is not None and at[0] == "host" and req[p[0]] == "running"
+        )
+        if self._observed:  # nobody reads args otherwise
+            self._done(a, {"rank": w})
+
+    def WorkerReadsDone(self, w: int = 0) -> None:
+        """Reader rank w's queued reads have finished (its read-done event fired): the
+        writer may copy into those blocks again."""
+        s, a = self.state, "WorkerReadsDone"
+        if not 0 <= w < len(s.reading):
+            self._rank(a, w)  # raises
+        if not s.reading[w]:
+            raise ActionNotEnabled(a, f"rank {w} has no reads queued")
+        s.reading[w].clear()
+        if self._observed:  # nobody reads args otherwise
+            self._done(a, {"rank": w})
 
     def WorkerDrop(self, transfer_id: int, w: int = 0) -> None:
         """Injected defect only: rank w loses a received command."""
@@ -741,7 +852,7 @@ class ProtocolMachine:
             raise ActionNotEnabled("WorkerDrop", "a correct worker never drops a command")
         t = self._take("WorkerDrop", transfer_id, w)
         del self.state.down[w][transfer_id]
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done("WorkerDrop", {"src": t.src, "dst": t.dst, "rank": w})
 
     def _worker_may_drop(self) -> bool:
@@ -766,7 +877,7 @@ class ProtocolMachine:
         for waits in s.waits:
             if waits:
                 waits.discard(h)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"host_block": h, "rank": w})
 
     def WorkerReport(self, w: int = 0) -> Meta:
@@ -779,11 +890,11 @@ class ProtocolMachine:
         w_enq, w_done = s.w_enq[w], s.w_done[w]
         if not w_enq and not w_done:
             raise ActionNotEnabled(a, f"rank {w} has nothing to report")
-        meta = Meta(tuple(w_enq), tuple(w_done))
+        meta = _tuple_new(Meta, (tuple(w_enq), tuple(w_done)))
         s.up[w].append(meta)
         w_enq.clear()
         w_done.clear()
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"rank": w})
         return meta
 
@@ -835,7 +946,7 @@ class ProtocolMachine:
             else:
                 self._discard(h)
                 out.freed.append(h)
-        if self.check or self.steps is not None:  # nobody reads args otherwise
+        if self._observed:  # nobody reads args otherwise
             self._done(a, {"rank": w})
         return out
 
@@ -856,8 +967,13 @@ class ProtocolMachine:
         out: list[tuple[str, Callable[[], object]]] = []
         for w in range(s.config.ranks):
             for tid, t in list(s.down[w].items()):
-                if w in self.copiers or self._reader_may_enqueue(t):
+                if (
+                    (w in self.copiers and not self._readers_hold(t.dst))
+                    or (w not in self.copiers and self._reader_may_enqueue(t))
+                ):
                     out.append(("WorkerEnqueue", partial(self.WorkerEnqueue, tid, w)))
+            if s.reading[w]:
+                out.append(("WorkerReadsDone", partial(self.WorkerReadsDone, w)))
             for h, c in enumerate(s.copying[w]):
                 if c is not None:
                     out.append(("WorkerComplete", partial(self.WorkerComplete, h, w)))

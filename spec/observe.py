@@ -47,6 +47,7 @@ RANK_ENCODERS: dict[str, Callable[[ProtocolState, int], JSON]] = {
     ],
     "copying": lambda s, w: list(s.copying[w]),
     "waits": lambda s, w: sorted(int(h) for h in s.waits[w]),
+    "reading": lambda s, w: sorted(int(h) for h in s.reading[w]),
     "wEnq": lambda s, w: _hosts(s, s.w_enq[w]),
     "wDone": lambda s, w: _hosts(s, s.w_done[w]),
     "hostData": lambda s, w: list(s.host_data[w]),

@@ -119,6 +119,12 @@ class ProtocolConfig(BaseModel):
         """The ranks that copy GPU-to-host, one physical host pool each (the spec's Copiers)."""
         return (self.writer,) if self.backing == "shared" else tuple(range(self.ranks))
 
+    @property
+    def readers(self) -> tuple[int, ...]:
+        """The ranks that read a pool another rank writes (the spec's Readers; none with
+        private backing)."""
+        return tuple(w for w in range(self.ranks) if w not in self.copiers)
+
     def bank(self, w: int) -> int:
         """The physical host pool rank ``w`` reads (the spec's Bank(w))."""
         return self.writer if self.backing == "shared" else w
@@ -147,6 +153,7 @@ class ProtocolState:
     # workers, per rank
     copying: list[list[Key | None]] = field(default_factory=list)
     waits: list[set[int]] = field(default_factory=list)  # reader streams ordered after the writer
+    reading: list[set[int]] = field(default_factory=list)  # blocks a reader's queued reads may read
     w_enq: list[list[int]] = field(default_factory=list)
     w_done: list[list[int]] = field(default_factory=list)
     # the bytes, abstractly: the GPU pool (the same on every rank), each physical host pool
@@ -180,6 +187,7 @@ class ProtocolState:
             up=[deque() for _ in w],
             copying=[[None] * h for _ in w],
             waits=[set() for _ in w],
+            reading=[set() for _ in w],
             w_enq=[[] for _ in w],
             w_done=[[] for _ in w],
             gpu_data=[EMPTY] * g,

@@ -177,8 +177,8 @@ class TracePost(Frozen):
     pairs; every other entry keeps its value from before the step. The rank-indexed
     variables are objects keyed by rank (a decimal string, 0-based; ``hostData`` by the
     rank that owns the physical pool) holding the changed ranks only: ``down``, ``up``,
-    ``waits``, ``wEnq`` and ``wDone`` the rank's whole new value (sets are lists without
-    duplicates), ``copying`` and ``hostData`` its changed host blocks. ``null`` stands
+    ``waits``, ``reading``, ``wEnq`` and ``wDone`` the rank's whole new value (sets are
+    lists without duplicates), ``copying`` and ``hostData`` its changed host blocks. ``null`` stands
     for the spec's sentinels (NoPage, NoLoc, NoKey, Idle, NoSpill).
     """
 
@@ -194,6 +194,7 @@ class TracePost(Frozen):
     up: dict[Rank, list[WorkerMeta]] | None = None
     copying: dict[Rank, dict[BlockId, Data | None]] | None = None
     waits: dict[Rank, list[BlockId]] | None = None
+    reading: dict[Rank, list[BlockId]] | None = None
     wEnq: dict[Rank, list[BlockId]] | None = None
     wDone: dict[Rank, list[BlockId]] | None = None
     gpuData: dict[BlockId, Data] | None = None
@@ -274,7 +275,8 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
     loc_pages = [tuple(e[0]) for e in p.loc or []]
     ranks = range(h.ranks)
     per_rank = {
-        name: getattr(p, name) or {} for name in ("down", "up", "copying", "waits", "wEnq", "wDone")
+        name: getattr(p, name) or {}
+        for name in ("down", "up", "copying", "waits", "reading", "wEnq", "wDone")
     }
     host_data = p.hostData or {}
     copying = per_rank["copying"]
@@ -289,9 +291,14 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
         (any(_dup(x) for x in per_rank["wEnq"].values()), "wEnq has duplicates"),
         (any(_dup(x) for x in per_rank["wDone"].values()), "wDone has duplicates"),
         (any(_dup(x) for x in per_rank["waits"].values()), "waits has duplicates"),
+        (any(_dup(x) for x in per_rank["reading"].values()), "reading has duplicates"),
         (
             any(b not in host for x in per_rank["waits"].values() for b in x),
             f"waits has {h.host_blocks} blocks",
+        ),
+        (
+            any(b not in host for x in per_rank["reading"].values() for b in x),
+            f"reading has {h.host_blocks} blocks",
         ),
         (
             any(not set(sp.enq + sp.need) <= set(ranks) for sp in (p.spill or {}).values() if sp),

@@ -89,6 +89,11 @@ def reader_skips_writer_event(m: ProtocolMachine) -> bool:
     return False
 
 
+def writer_skips_reader_done(m: ProtocolMachine) -> bool:
+    """The writer of a shared pool copies without waiting on the readers' read-done events."""
+    return False
+
+
 def host_id_as_gpu_index(m: ProtocolMachine, h: int) -> Loc:
     """The enqueued ack writes the host block ID as a GPU block-table entry."""
     return ("gpu", h)

@@ -10,6 +10,7 @@ and the injected bugs' own scenarios.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -201,6 +202,35 @@ def _pool_shrunk(s: ProtocolState, _: int) -> None:
     )
 
 
+def _writer_copies_under_a_read(s: ProtocolState, tid: int) -> None:
+    # the same pools as a shared allocation of two ranks: rank 1 reads what rank 0 writes;
+    # rank 1's queued reads still read host block 0 (from before it was leased again) when
+    # the writer's copy of the sent transfer into it starts, and nothing orders the two
+    c = s.config
+    s.config = ProtocolConfig(
+        gpu_blocks=c.gpu_blocks,
+        host_pool_bytes=c.host_pool_bytes,
+        host_block_bytes=c.host_block_bytes,
+        host_blocks=c.host_blocks,
+        ranks=2,
+        backing="shared",
+        writer=0,
+    )
+    h = c.host_blocks
+    s.down.append({})
+    s.up.append(deque())
+    s.copying.append([None] * h)
+    s.copying_tid.append({})
+    s.waits.append(set())
+    s.reading.append({0})
+    s.w_enq.append([])
+    s.w_done.append([])
+    t = s.down[0].pop(tid)
+    s.copying[0][t.dst] = s.gpu_data[t.src]
+    s.copying_tid[0][t.dst] = tid
+    s.w_enq[0].append(tid)
+
+
 # corruption -> the exact set of twins that must report it
 CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
     "req_state": (_set_req, {"TypeOK"}),
@@ -237,6 +267,7 @@ CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
         {"LivePagesReadable"},
     ),
     "pool_shrunk": (_pool_shrunk, {"HostPoolNotOvercommitted"}),
+    "writer_copies_under_a_read": (_writer_copies_under_a_read, {"NoOverwriteUnderRead"}),
     "new_request_holds_gpu_lease": (_new_request_holds_gpu_lease, {"RetiredUnreferenced"}),
     "new_request_has_an_entry": (_new_request_has_an_entry, {"RetiredUnreferenced"}),
     "new_request_has_open_transfer": (_new_request_has_open_transfer, {"RetiredUnreferenced"}),
@@ -292,6 +323,7 @@ BUG_FAILS: dict[str, set[str]] = {
     "publish_after_one_rank_done": {"NoPublishBeforeComplete", "PublishedDataCorrect"},
     "abort_frees_after_one_rank_done": {"NoDoubleOwnership"},
     "reader_skips_writer_event": {"LivePagesReadable"},
+    "writer_skips_reader_done": {"NoOverwriteUnderRead"},
 }
 
 

@@ -15,6 +15,10 @@ from hisparse.spec.messages import (
     HiSparseWorkerMeta,
     SparseKVPageTransfer,
     trusted,
+    trusted_metadata,
+    trusted_replacement,
+    trusted_transfer,
+    trusted_worker_meta,
 )
 
 ids = st.integers(0, 2**31)
@@ -97,6 +101,54 @@ def test_trusted_equals_validated(ts: list[SparseKVPageTransfer], done: list[int
     assert ack == HiSparseWorkerMeta(completed=tuple(done))
     with pytest.raises(ValidationError):
         ack.enqueued = (1,)
+
+
+@given(
+    transfers,
+    replacements,
+    st.lists(ids, max_size=3, unique=True),
+    st.none() | st.tuples(st.integers(0, 7)),
+    st.integers(0, 7),
+)
+def test_named_trusted_constructors_equal_validated(
+    ts: list[SparseKVPageTransfer],
+    rs: list[BlockTableReplacement],
+    done: list[int],
+    ranks: tuple[int, ...] | None,
+    rank: int,
+) -> None:
+    """The per-message hot-path constructors build what validation builds, frozen,
+    rank fields included (a command for some ranks only, a rank's own ack)."""
+    built = tuple(trusted_transfer(t.transfer_id, t.src_gpu_block, t.dst_host_block) for t in ts)
+    assert built == tuple(ts)
+    some = tuple(
+        trusted_transfer(t.transfer_id, t.src_gpu_block, t.dst_host_block, ranks) for t in ts
+    )
+    assert some == tuple(
+        SparseKVPageTransfer(
+            transfer_id=t.transfer_id,
+            src_gpu_block=t.src_gpu_block,
+            dst_host_block=t.dst_host_block,
+            ranks=ranks,
+        )
+        for t in ts
+    )
+    reps = tuple(trusted_replacement(r.request_id, r.page_index, r.host_block) for r in rs)
+    assert reps == tuple(rs)
+    meta = trusted_metadata(built, reps)
+    assert meta == HiSparseConnectorMetadata(transfers=tuple(ts), replacements=tuple(rs))
+    assert CONNECTOR_METADATA.validate_json(meta.model_dump_json()) == meta
+    some_meta = trusted_metadata(some, reps)
+    assert CONNECTOR_METADATA.validate_json(some_meta.model_dump_json()) == some_meta
+    ack = trusted_worker_meta((), tuple(done))
+    assert ack == HiSparseWorkerMeta(completed=tuple(done))
+    assert WORKER_META.validate_json(ack.model_dump_json()) == ack
+    assert ack.model_fields_set == {"enqueued", "completed", "rank"}
+    ranked = trusted_worker_meta(tuple(done), (), rank)
+    assert ranked == HiSparseWorkerMeta(enqueued=tuple(done), rank=rank)
+    assert WORKER_META.validate_json(ranked.model_dump_json()) == ranked
+    with pytest.raises(ValidationError):
+        meta.transfers = ()
 
 
 def test_trusted_needs_every_field_and_no_other() -> None:

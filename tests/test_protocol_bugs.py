@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from hisparse.bugs import BUGS
-from hisparse.spec.errors import InvariantViolation
+from hisparse.spec.errors import ActionNotEnabled, InvariantViolation
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.machine import ProtocolMachine
 from tests.protocol_helpers import full_spill, make_machine
@@ -213,6 +213,24 @@ def _reader_skips_writer_event(bug: str) -> ProtocolMachine:
     return m
 
 
+def _writer_skips_reader_done(bug: str) -> ProtocolMachine:
+    m = make_machine(bug, ranks=2, backing="shared", writer=0)
+    m.Arrive("r1")
+    full_spill(m, ("r1", 1), 0)  # published: r1's page is read from host block 0
+    m.WorkerRead(1)  # the reader's decode is queued: it reads host block 0
+    m.Finish("r1")
+    m.EvictHost(0)  # nothing references the page any more: block 0 is free again
+    m.Arrive("r3")
+    tid = m.StartSpill(("r3", 1), 0)  # ... and leased to r3's spill
+    if bug == "none":  # the writer's copy waits for the reader's read-done event
+        with pytest.raises(ActionNotEnabled, match="read-done"):
+            m.WorkerEnqueue(tid, 0)
+        m.WorkerReadsDone(1)
+    m.WorkerEnqueue(tid, 0)  # with the bug: the copy overwrites block 0 under the read
+    m.drain()
+    return m
+
+
 SCENARIOS: dict[str, Scenario] = {
     "host_id_as_gpu_index": _host_id_as_gpu_index,
     "double_allocation": _double_allocation,
@@ -234,6 +252,7 @@ SCENARIOS: dict[str, Scenario] = {
     "publish_after_one_rank_done": _publish_after_one_rank_done,
     "abort_frees_after_one_rank_done": _abort_frees_after_one_rank_done,
     "reader_skips_writer_event": _reader_skips_writer_event,
+    "writer_skips_reader_done": _writer_skips_reader_done,
 }
 
 

@@ -72,6 +72,8 @@ KeyOf(p) == PageKeys[p[1]][p[2]]
 Copiers == IF Backing = "shared" THEN {Writer} ELSE Ranks
 \* The physical pool rank w reads.
 Bank(w) == IF Backing = "shared" THEN Writer ELSE w
+\* The ranks that read a pool another rank writes (none with private backing).
+Readers == Ranks \ Copiers
 
 \* Sentinels. Tuples keep every comparison between values of one shape.
 NoPage == <<"nopage", 0>>
@@ -117,6 +119,7 @@ VARIABLES
     \* workers
     copying,    \* [Ranks -> [HostBlocks -> Data \cup {Idle}]]: copies in each rank's stream
     waits,      \* [Ranks -> SUBSET HostBlocks]: reader streams ordered after the writer's copy
+    reading,    \* [Ranks -> SUBSET HostBlocks]: blocks a reader's queued reads may still read
     wEnq,       \* [Ranks -> SUBSET HostBlocks]: enqueued, not yet reported
     wDone,      \* [Ranks -> SUBSET HostBlocks]: completed, not yet reported
     \* the bytes
@@ -124,9 +127,9 @@ VARIABLES
     hostData    \* [Copiers -> [HostBlocks -> Data]]: each physical host pool
 
 schedVars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill>>
-workerVars == <<copying, waits, wEnq, wDone>>
+workerVars == <<copying, waits, reading, wEnq, wDone>>
 vars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
-          down, up, copying, waits, wEnq, wDone, gpuData, hostData>>
+          down, up, copying, waits, reading, wEnq, wDone, gpuData, hostData>>
 
 Init ==
     /\ req = [r \in Requests |-> "new"]
@@ -141,6 +144,7 @@ Init ==
     /\ up = [w \in Ranks |-> <<>>]
     /\ copying = [w \in Ranks |-> [h \in HostBlocks |-> Idle]]
     /\ waits = [w \in Ranks |-> {}]
+    /\ reading = [w \in Ranks |-> {}]
     /\ wEnq = [w \in Ranks |-> {}]
     /\ wDone = [w \in Ranks |-> {}]
     /\ gpuData = [g \in GpuBlocks |-> "empty"]
@@ -385,14 +389,15 @@ WorkerEnqueue(w, t) ==
     /\ down' = [down EXCEPT ![w] = @ \ {t}]
     /\ wEnq' = [wEnq EXCEPT ![w] = @ \cup {t.dst}]
     /\ IF w \in Copiers
-       THEN /\ copying' = [copying EXCEPT ![w][t.dst] = gpuData[t.src]]
+       THEN /\ Bug = "writer_skips_reader_done" \/ \A v \in Readers : t.dst \notin reading[v]
+            /\ copying' = [copying EXCEPT ![w][t.dst] = gpuData[t.src]]
             /\ UNCHANGED waits
        ELSE /\ Bug = "reader_skips_writer_event" \/ t \notin down[Writer]
             /\ waits' = IF Bug = "reader_skips_writer_event" \/ copying[Writer][t.dst] = Idle
                         THEN waits
                         ELSE [waits EXCEPT ![w] = @ \cup {t.dst}]
             /\ UNCHANGED copying
-    /\ UNCHANGED <<schedVars, up, wDone, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, up, reading, wDone, gpuData, hostData>>
 
 \* Injected defect: a received command is lost.
 WorkerDrop(w, t) ==
@@ -409,7 +414,7 @@ WorkerComplete(w, h) ==
     /\ copying' = [copying EXCEPT ![w][h] = Idle]
     /\ wDone' = [wDone EXCEPT ![w] = @ \cup {h}]
     /\ waits' = [v \in Ranks |-> waits[v] \ {h}]
-    /\ UNCHANGED <<schedVars, down, up, wEnq, gpuData>>
+    /\ UNCHANGED <<schedVars, down, up, reading, wEnq, gpuData>>
 
 \* Rank w reports every ack not yet reported: acks may be late, batched
 \* across steps, and carry enqueued and completed for one transfer together.
@@ -421,11 +426,30 @@ WorkerReport(w) ==
     /\ up' = [up EXCEPT ![w] = <<[enq |-> wEnq[w], done |-> wDone[w]]>>]
     /\ wEnq' = [wEnq EXCEPT ![w] = {}]
     /\ wDone' = [wDone EXCEPT ![w] = {}]
-    /\ UNCHANGED <<schedVars, down, copying, waits, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, down, copying, waits, reading, gpuData, hostData>>
+
+\* Reader rank w of a shared pool queues a decode step: its kernels read the
+\* host blocks of the running requests' host pages, in its stream, until
+\* they finish. Nothing orders the writer's stream after them except
+\* WorkerReadsDone (the reader's read-done event).
+WorkerRead(w) ==
+    /\ w \in Readers
+    /\ reading' = [reading EXCEPT ![w] = @ \cup
+                      {loc[p][2] : p \in {q \in Pages : req[q[1]] = "running"
+                                                      /\ loc[q][1] = "host"}}]
+    /\ UNCHANGED <<schedVars, down, up, copying, waits, wEnq, wDone, gpuData, hostData>>
+
+\* Reader rank w's queued reads have finished (its read-done event has
+\* fired): the writer may copy into those blocks again.
+WorkerReadsDone(w) ==
+    /\ reading[w] # {}
+    /\ reading' = [reading EXCEPT ![w] = {}]
+    /\ UNCHANGED <<schedVars, down, up, copying, waits, wEnq, wDone, gpuData, hostData>>
 
 \* Loss of rank w: its worker restarts, or a metadata message to or from it
 \* is lost. Its commands not yet taken, acks not yet reported and worker
-\* meta in transit are gone; copies already in its stream keep running.
+\* meta in transit are gone; copies and reads already in its stream keep
+\* running.
 \* The engine tells the coordinator in the same step, and the restarted
 \* worker names the destinations its stream still writes (Busy). Recovery:
 \*  - a transfer not yet enqueued on every rank is abandoned: its source pin
@@ -472,7 +496,7 @@ WorkerLoss(w) ==
     /\ hostKey' = [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]]
     /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Publish : hostKey[h] = k}]
     /\ hostData' = Scribble(Free)
-    /\ UNCHANGED <<req, loc, copying, waits>>
+    /\ UNCHANGED <<req, loc, copying, waits, reading>>
 
 -----------------------------------------------------------------------------
 
@@ -493,6 +517,7 @@ WorkerNext ==
         \/ \E t \in down[w] : WorkerEnqueue(w, t) \/ WorkerDrop(w, t)
         \/ \E h \in HostBlocks : WorkerComplete(w, h)
         \/ WorkerReport(w)
+        \/ WorkerRead(w) \/ WorkerReadsDone(w)
         \/ WorkerLoss(w)
 
 Next == SchedulerNext \/ WorkerNext \/ Quiescent
@@ -507,6 +532,7 @@ Fairness ==
           /\ \A t \in Transfers : WF_vars(WorkerEnqueue(w, t))
           /\ \A h \in HostBlocks : WF_vars(WorkerComplete(w, h))
           /\ WF_vars(WorkerReport(w))
+          /\ WF_vars(WorkerReadsDone(w))
           /\ WF_vars(ConsumeMeta(w))
     /\ \A r \in Requests : WF_vars(Retire(r))
 
@@ -528,6 +554,7 @@ TypeOK ==
     /\ \A w \in Ranks : \A i \in 1..Len(up[w]) : up[w][i] \in WorkerMeta
     /\ copying \in [Ranks -> [HostBlocks -> Data \cup {Idle}]]
     /\ waits \in [Ranks -> SUBSET HostBlocks]
+    /\ reading \in [Ranks -> SUBSET HostBlocks]
     /\ wEnq \in [Ranks -> SUBSET HostBlocks]
     /\ wDone \in [Ranks -> SUBSET HostBlocks]
     /\ gpuData \in [GpuBlocks -> Data]
@@ -596,6 +623,12 @@ LivePagesReadable ==
             [] OTHER -> FALSE
 
 HostPoolNotOvercommitted == Cardinality(HostInUse) <= HostCapacity
+
+\* A shared pool's writer never copies into a block a reader's queued reads
+\* may still read, unless those reads wait on that very copy's event.
+NoOverwriteUnderRead ==
+    \A v \in Readers : \A h \in reading[v] :
+        copying[Writer][h] # Idle => h \in waits[v]
 
 \* A request that is not (or no longer) in the protocol state is named by
 \* nothing: no block-table entry, resident lease or open transfer (each is

@@ -25,7 +25,7 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
-from hisparse.spec.messages import HiSparseWorkerMeta, trusted
+from hisparse.spec.messages import trusted_worker_meta
 
 BLOCK_TOKENS, ROW_BYTES = 64, 656  # DeepSeek-V3.2 FP8 sparse MLA rows
 
@@ -62,28 +62,28 @@ class Churn:
         self.kv = BlockPool(gpu)
         self.coordinator = HiSparseCoordinator(cfg, self.kv, gpu_blocks=gpu, check=False)
         self.conn = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
+        self.capacity = self.coordinator.state.config.host_capacity  # (a constant: read once)
         self.running: list[str] = []
         self.head = 0  # oldest running request still to finish
         self.evicting_spill_s = 0.0
         self.evicting_spills = 0
 
     def lifecycle(self, i: int) -> None:
-        c, conn = self.coordinator, self.conn
+        c, conn, pages = self.coordinator, self.conn, self.pages
         r = f"r{i}"
-        keys = [f"{r}:{j}" for j in range(self.pages)]
-        if i % self.repeat_every == 0:
+        keys = [f"{r}:{j}" for j in range(pages)]
+        repeated = i % self.repeat_every == 0
+        if repeated:
             keys[0] = f"prefix{i // self.repeat_every % self.prefixes}"
         c.add_request(r, keys)
         if c.admit(r) is None:
             raise RuntimeError(f"{r} not admitted: the GPU pool should fit {self.live} requests")
-        s = c.state
-        full = s.host_used >= s.config.host_capacity
+        s = c.machine.state
+        full = s.host_used >= self.capacity
         # a repeated prefix not yet published spills its first page (later ones hit it);
         # otherwise the last page, whose key is unique, so the host pool fills
         first = s.loc[(r, 1)]
-        page = (r, 1) if keys[0].startswith("prefix") and first and first[0] == "gpu" else (
-            r, self.pages
-        )
+        page = (r, 1) if repeated and first and first[0] == "gpu" else (r, pages)
         if full:
             self.evicting_spills += 1
         if full and self.time_spills:
@@ -95,12 +95,9 @@ class Churn:
         if tid is None:
             raise RuntimeError("spill found no host block: nothing evictable")
         conn.build_connector_meta()
-        conn.update_connector_output(
-            trusted(HiSparseWorkerMeta, enqueued=(tid,), completed=(), rank=0)
-        )
-        conn.update_connector_output(
-            trusted(HiSparseWorkerMeta, enqueued=(), completed=(tid,), rank=0)
-        )
+        # what the worker role's get_worker_meta hands back (one rank: rank 0)
+        conn.update_connector_output(trusted_worker_meta((tid,), (), 0))
+        conn.update_connector_output(trusted_worker_meta((), (tid,), 0))
         self.running.append(r)
         if len(self.running) - self.head > self.live:
             c.finish(self.running[self.head])
