@@ -147,7 +147,7 @@ def test_tensor_parallel_bugs_run_on_a_two_rank_model() -> None:
 
 def test_bug_registry_is_well_formed() -> None:
     names = [b.name for b in BUGS]
-    assert len(names) == len(set(names)) == 16
+    assert len(names) == len(set(names)) == 20  # 16 single-worker bugs, 4 tensor-parallel
     assert all(b.kind in ("invariant", "property") for b in BUGS)
 
 
