@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import (
@@ -327,6 +328,35 @@ class SystemStateful(RuleBasedStateMachine):
             assert same(before, snapshot(self.sim))
         else:
             self.delivered[rank].append(held.pop(i))
+
+    @precondition(lambda self: self.BACKING == "shared")
+    @rule()
+    def read_while_the_writer_copies(self) -> None:
+        """A running request's page is spilled, every rank's enqueued ack is in (its table
+        entry moves to the host), and every rank decodes that page while the writer's
+        copy is still in flight: a reader's stream waits on the writer's event, and its
+        rows are the writer's bytes."""
+        c, sim = self.sim.coordinator, self.sim
+        pages = [p for p in c.spillable(4) if p[0] in sim.running]
+        if not pages:
+            return
+        r, i = pages[0]
+        c.spill((r, i))
+        self.send_commands()
+        for rank in range(self.TP):  # the writer's acks first
+            self._take(rank)
+            self._deliver_oldest(rank)
+        self.send_commands()  # the replacement reaches every rank
+        b, k = OPTS.block_tokens, OPTS.top_k
+        topk = np.full(k, -1, np.int32)
+        topk[:b] = np.arange((i - 1) * b, i * b, dtype=np.int32)
+        self.t += 1
+        before = sim.report.data_mismatches
+        for port in sim.ports:
+            if sim.local(port.rank).writer_waits({r: topk}, self.t):
+                STEPS["reader_waits"] += 1
+            sim._verify(sim._decode(port, {r: topk}, self.t), {r: topk})
+            assert sim.report.data_mismatches == before, f"rank {port.rank} read wrong bytes"
 
     @precondition(lambda self: self.TP > 1)
     @rule(data=st.data(), steps=st.integers(1, 3))
