@@ -22,7 +22,7 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 
 from hisparse.connector import MalformedMetadata
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
+from hisparse.sharedpool import SharedHostExecutor
 from hisparse.simulate import WRITER, SimulateOptions, Simulation
 from hisparse.spec.errors import ActionNotEnabled, UnknownRank, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
@@ -496,3 +497,21 @@ class SystemStatefulCuda(SystemStateful):
 @pytest.mark.gpu
 def test_system_with_faults_on_cuda() -> None:
     assert run_system(SystemStatefulCuda, 60) >= 4_000
+
+
+class SkipsWriterEvent(SystemStatefulTPShared):
+    """The injected bug reader_skips_writer_event: rank 1 does not wait on the writer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        reader = self.sim.local(1).executor
+        assert isinstance(reader, SharedHostExecutor) and not reader.writer
+        reader.skip_writer_wait = True
+
+
+def test_a_reader_that_skips_the_writer_event_is_caught() -> None:
+    """The same machine with the reader not waiting: its rows are caught as wrong."""
+    with pytest.raises(AssertionError, match=r"rank 1('s resolver returned| read) wrong bytes"):
+        run_state_machine_as_test(SkipsWriterEvent, settings=settings(
+            max_examples=100, stateful_step_count=100, deadline=None, database=None,
+            phases=[Phase.generate]))
