@@ -20,8 +20,9 @@ from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
@@ -32,6 +33,7 @@ from hypothesis.stateful import (
 
 from hisparse.connector import MalformedMetadata
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
+from hisparse.sharedpool import SharedHostExecutor
 from hisparse.simulate import WRITER, SimulateOptions, Simulation
 from hisparse.spec.errors import ActionNotEnabled, UnknownRank, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
@@ -328,6 +330,35 @@ class SystemStateful(RuleBasedStateMachine):
         else:
             self.delivered[rank].append(held.pop(i))
 
+    @precondition(lambda self: self.BACKING == "shared")
+    @rule()
+    def read_while_the_writer_copies(self) -> None:
+        """A running request's page is spilled, every rank's enqueued ack is in (its table
+        entry moves to the host), and every rank decodes that page while the writer's
+        copy is still in flight: a reader's stream waits on the writer's event, and its
+        rows are the writer's bytes."""
+        c, sim = self.sim.coordinator, self.sim
+        pages = [p for p in c.spillable(4) if p[0] in sim.running]
+        if not pages:
+            return
+        r, i = pages[0]
+        c.spill((r, i))
+        self.send_commands()
+        for rank in range(self.TP):  # the writer's acks first
+            self._take(rank)
+            self._deliver_oldest(rank)
+        self.send_commands()  # the replacement reaches every rank
+        b, k = OPTS.block_tokens, OPTS.top_k
+        topk = np.full(k, -1, np.int32)
+        topk[:b] = np.arange((i - 1) * b, i * b, dtype=np.int32)
+        self.t += 1
+        before = sim.report.data_mismatches
+        for port in sim.ports:
+            if sim.local(port.rank).writer_waits({r: topk}, self.t):
+                STEPS["reader_waits"] += 1
+            sim._verify(sim._decode(port, {r: topk}, self.t), {r: topk})
+            assert sim.report.data_mismatches == before, f"rank {port.rank} read wrong bytes"
+
     @precondition(lambda self: self.TP > 1)
     @rule(data=st.data(), steps=st.integers(1, 3))
     def one_rank_slow(self, data: st.DataObject, steps: int) -> None:
@@ -466,3 +497,21 @@ class SystemStatefulCuda(SystemStateful):
 @pytest.mark.gpu
 def test_system_with_faults_on_cuda() -> None:
     assert run_system(SystemStatefulCuda, 60) >= 4_000
+
+
+class SkipsWriterEvent(SystemStatefulTPShared):
+    """The injected bug reader_skips_writer_event: rank 1 does not wait on the writer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        reader = self.sim.local(1).executor
+        assert isinstance(reader, SharedHostExecutor) and not reader.writer
+        reader.skip_writer_wait = True
+
+
+def test_a_reader_that_skips_the_writer_event_is_caught() -> None:
+    """The same machine with the reader not waiting: its rows are caught as wrong."""
+    with pytest.raises(AssertionError, match=r"rank 1('s resolver returned| read) wrong bytes"):
+        run_state_machine_as_test(SkipsWriterEvent, settings=settings(
+            max_examples=100, stateful_step_count=100, deadline=None, database=None,
+            phases=[Phase.generate]))
