@@ -126,6 +126,7 @@ class Action:
     variants: tuple[Variant, ...] = ()
     injected_only: bool = False  # enabled only by one of its variants (the spec: Bug = ...)
     ranked: bool = False  # taken by one rank: the method's last argument, ``rank`` in traces
+    readers_only: bool = False  # enabled only on a reader rank of a shared pool (W > 1)
 
     @property
     def all_writes(self) -> tuple[str, ...]:
@@ -273,9 +274,10 @@ CATALOGUE: tuple[Action, ...] = (
     Action("WorkerReport", RankArgs, "none", ("up", "wEnq", "wDone"),
            "WorkerReport(e.args.rank)", (("rank", "rank"),), ranked=True),
     Action("WorkerRead", RankArgs, "none", ("reading",),
-           "WorkerRead(e.args.rank)", (("rank", "rank"),), ranked=True),
+           "WorkerRead(e.args.rank)", (("rank", "rank"),), ranked=True, readers_only=True),
     Action("WorkerReadsDone", RankArgs, "none", ("reading",),
-           "WorkerReadsDone(e.args.rank)", (("rank", "rank"),), ranked=True),
+           "WorkerReadsDone(e.args.rank)", (("rank", "rank"),), ranked=True,
+           readers_only=True),
     Action(
         "WorkerLoss", RankArgs, "none",
         ("down", "up", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill",
