@@ -330,6 +330,18 @@ __device__ bool await_plan(const i64* ready, int s, i64 step, i64* ctrl,
     return true;
 }
 
+// Thread 0 of a deciding block, after a barrier that follows every write of the run's
+// plan, rows and counters: one fence (cumulative, it orders the whole block's writes
+// before the barrier) then the ready store, so a block that sees ready[s] == step reads
+// the complete plan; then the counts the copy helpers wait on.
+__device__ void publish(i64* ready, int s, i64 step, i64* ctrl, bool queued) {
+    __threadfence();
+    *((volatile i64*)(ready + s)) = step;
+    if (queued) atomicAdd((unsigned long long*)(ctrl + CTRL_BIG), 1ull);
+    __threadfence();
+    atomicAdd((unsigned long long*)(ctrl + CTRL_PUBLISHED), 1ull);
+}
+
 // The entry-major copy queue. The misses of big runs (those not small_copy) are copied
 // in chunks of QUEUE_CHUNK vectors, claimed through take[e], lowest entry first, by every
 // block that has nothing else to do: every SM copies until the step's copies are done,
@@ -492,6 +504,10 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
         refuse(-ticket, ctrl, host_status, n, K, rows, plan_count, counters);
         return;
     }
+#ifdef HS_FLOOR_CLAIM  // benchmarks only (the latency floor): the claim and release alone
+    if (tid == 0) release(ctrl, step);
+    return;
+#endif
 
     if (ticket >= n) {  // a copy helper
         // Copies of big runs, if any: wait until one is published or every run is.
@@ -674,18 +690,17 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
             PROF(5);
         }
 
-        // The run's plan is complete: its writers fence, then other blocks may copy.
+        // The run's plan is complete: other blocks may copy once it is published.
         const bool queued = !small_copy(run_misses, rv);
+#ifdef HS_EXP_LATEPUB
+        const bool late = !queued && touched;  // published during the commit, below
+#else
+        const bool late = false;
+#endif
         if (s >= 0) {
             for (int e = e0 + tid; e < e1; e += blockDim.x) take[e] = queued ? 0 : -1;
-            if (run_misses > 0 || tid < e1 - e0 || tid == 0) __threadfence();
             __syncthreads();
-            if (tid == 0) {
-                *((volatile i64*)(ready + s)) = step;
-                if (queued) atomicAdd((unsigned long long*)(ctrl + CTRL_BIG), 1ull);
-                __threadfence();
-                atomicAdd((unsigned long long*)(ctrl + CTRL_PUBLISHED), 1ull);
-            }
+            if (tid == 0 && !late) publish(ready, s, step, ctrl, queued);
         }
 
         if (touched) {
@@ -723,6 +738,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) hisparse_resolve(
                 if (mine_used[c] > 0) new_order[kpos++] = q0 + c;
             }
             __syncthreads();
+            if (tid == 0 && late) publish(ready, s, step, ctrl, queued);
             for (int j = tid; j < H; j += blockDim.x) {
                 lru_order[(i64)s * H + j] = new_order[j];
                 if (used[j]) stamp[j] = step;

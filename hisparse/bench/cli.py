@@ -124,6 +124,8 @@ def _resolver(args: argparse.Namespace) -> dict[str, Any]:
               f"order {s['gather_sorted_GBps']:5.1f} GB/s{unsorted}{torch}")
         print("       phases (block 0, µs): " + ", ".join(
             f"{k} {v:.1f}" for k, v in s["phases_us"].items()))
+        print(f"       floors (µs): empty launch {s['floors_us']['launch_us']:.1f}, "
+              f"claim and release only {s['floors_us']['claim_us']:.1f}")
     return doc
 
 
@@ -143,7 +145,8 @@ def _spill(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{s['blocks']:5} blocks {s['bytes'] / 1e6:7.1f} MB: spill {s['spill_GBps']:5.1f}"
               f" GB/s, bulk D2H {s['bulk_d2h_GBps']:5.1f} GB/s "
               f"({s['fraction_of_bulk']:.0%}); "
-              f"per-block memcpy {s['memcpy_per_block_us']:.0f} µs")
+              f"per-block memcpy {s['memcpy_per_block_us']:.0f} µs; host enqueue "
+              f"{s['enqueue_host_us']:.0f} µs ({s['enqueue_host_us_per_block']:.2f} µs/block)")
     return doc
 
 

@@ -21,6 +21,11 @@ extern "C" __global__ void spin(long long cycles) {
     while (clock64() - t0 < cycles) { }
 }
 
+// Does nothing: a launch's own cost at a given grid, block and shared-memory size.
+extern "C" __global__ void __launch_bounds__(1024, 1) idle() {
+    extern __shared__ int unused[];
+}
+
 // Plain zero-copy gather: one 16-byte vector per thread, (dst, src) row pairs.
 extern "C" __global__ void gather(const int2* __restrict__ pairs, long long total, int rv,
                                   const uint4* __restrict__ src, uint4* __restrict__ dst) {
@@ -44,16 +49,25 @@ class GpuTimer:
         module = cupy.RawModule(code=_SOURCE)
         self.spin = module.get_function("spin")
         self.gather = module.get_function("gather")
+        self.idle = module.get_function("idle")
         rate = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrClockRate, 0)
+        self.clock_khz = rate
         self.spin_cycles = int(spin_us * rate / 1000)  # clock rate is in kHz
         self.flush = cupy.empty(flush_bytes if flush else 0, dtype=cupy.uint8)
 
     def time(
         self, work: Callable[[int], None], reps: int, *,
         before: Callable[[int], None] | None = None, warmup: int = 3, stream: Any = None,
+        spin_us: float | None = None,
     ) -> dict[str, float]:
-        """Run ``work(i)`` ``reps`` times after ``warmup`` runs; ``before(i)`` runs untimed."""
+        """Run ``work(i)`` ``reps`` times after ``warmup`` runs; ``before(i)`` runs untimed.
+
+        ``spin_us`` overrides the spin for work whose host side (Python building and
+        queuing it) takes longer than the default spin: the GPU must still be spinning
+        when the host has queued the end event, or the host's time is timed too.
+        """
         cupy = self.cupy
+        cycles = self.spin_cycles if spin_us is None else int(spin_us * self.clock_khz / 1000)
         stream = stream if stream is not None else cupy.cuda.get_current_stream()
         times: list[tuple[Any, Any]] = []
         with stream:
@@ -62,7 +76,7 @@ class GpuTimer:
                     before(i)
                 if self.flush.size:
                     self.flush.fill(i & 0xFF)
-                self.spin((1,), (1,), (cupy.int64(self.spin_cycles),))
+                self.spin((1,), (1,), (cupy.int64(cycles),))
                 start, end = cupy.cuda.Event(), cupy.cuda.Event()
                 start.record(stream)
                 work(i)

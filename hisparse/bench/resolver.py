@@ -36,7 +36,7 @@ import numpy as np
 from hisparse.bench.gpu import GpuTimer, environment
 from hisparse.executor.cuda import CudaExecutor, ResolveBuffers
 from hisparse.executor.cuda.backend import load_cupy
-from hisparse.executor.cuda.kernels import SORT_MIN_BATCH, compile_kernels
+from hisparse.executor.cuda.kernels import RESOLVE_THREADS, SORT_MIN_BATCH, compile_kernels
 from hisparse.executor.layout import PoolLayout
 
 VARIANTS = 8  # distinct host-row sets cycled through the repetitions
@@ -70,6 +70,34 @@ def phases(cupy: Any, ex: CudaExecutor, pools: Any, buffers: ResolveBuffers,
     khz = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrClockRate, 0)
     return {name: float(stamps[i + 1] - stamps[i]) / khz * 1000.0
             for i, name in enumerate(PHASES)}
+
+
+def floors(cupy: Any, ex: CudaExecutor, pools: Any, buffers: ResolveBuffers,
+           restore: Any, timer: GpuTimer, reps: int) -> dict[str, float]:
+    """What a launch costs before it decides anything, timed like the fused launch:
+    ``launch``, a kernel that does nothing with the resolver's grid, block and shared
+    memory; ``claim``, the resolver built with ``-DHS_FLOOR_CLAIM`` (each block claims
+    the pools, draws its ticket and releases them: the launch-safety protocol alone)."""
+    shape = pools.shape
+    assert shape is not None
+    n = buffers.topk.shape[0]
+    grid = n + max(0, ex.sms - n)  # as CudaExecutor._launch
+    timer.idle.max_dynamic_shared_size_bytes = shape.smem
+    launch = timer.time(
+        lambda i: timer.idle((grid,), (RESOLVE_THREADS,), (), shared_mem=shape.smem), reps=reps)
+    floor = compile_kernels(
+        ex.device_id, (*ex.defines(pools.layout.hot_rows), "-DHS_FLOOR_CLAIM"))
+    floor.resolve.max_dynamic_shared_size_bytes = shape.smem
+    plain, ex.resolvers[shape] = ex.resolvers[shape], floor.resolve
+
+    def launch_floor(i: int) -> None:
+        ex.launch_resolve(pools, buffers)
+
+    try:
+        claim = timer.time(launch_floor, reps=reps, before=restore)
+    finally:
+        ex.resolvers[shape] = plain
+    return {"launch_us": launch["median_us"], "claim_us": claim["median_us"]}
 
 
 def _prime(cupy: Any, pools: Any, slots: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -289,6 +317,7 @@ def run(
                 shape["fused_unsorted_us"] = plain["median_us"]
                 shape["fused_unsorted_GBps"] = miss_bytes / plain["median_us"] / 1e3
             shape["phases_us"] = phases(cupy, ex, pools, buffers, restore, timer)
+            shape["floors_us"] = floors(cupy, ex, pools, buffers, restore, timer, reps)
             if torch is not None and placement == placements[0]:
                 shape.update(_torch_baseline(torch, cupy, timer, pools, buffers, restore,
                                              ours, steps, reps=max(10, reps // 5)))
