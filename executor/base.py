@@ -151,6 +151,13 @@ class Executor(Protocol[PoolsT]):
         """``enqueue_spill`` for a whole step's spills of one cache, all or nothing."""
         ...
 
+    @property
+    def copies_spills(self) -> bool:
+        """Whether ``enqueue_spills`` copies bytes into the host pool. False only for a
+        reader rank on a shared host pool, which orders its reads after the writer's
+        copies and moves no bytes itself."""
+        ...
+
     def completed(self) -> list[int]:
         """Transfer IDs whose copies have all landed since the last call; never blocks."""
         ...

@@ -47,6 +47,11 @@ class ReferenceExecutor:
     def __init__(self) -> None:
         self._stream = SpillStream()
 
+    @property
+    def copies_spills(self) -> bool:
+        """Every spill is copied here (``Executor.copies_spills``)."""
+        return True
+
     def allocate(self, layout: PoolLayout, *, lru: bool = True) -> ReferencePools:
         """Zeroed pools with every hot row empty; ``lru=False`` (an index-sharing
         follower) allocates no LRU state: such pools can only be replayed into."""

@@ -96,6 +96,11 @@ class SharedHostExecutor(ReferenceExecutor):
         self._dst: dict[int, int] = {}  # writer: queued transfer -> destination block
         self._waits: dict[int, int] = {}  # reader: host block -> transfer it waits on
 
+    @property
+    def copies_spills(self) -> bool:
+        """Only the writer copies; a reader waits on the writer's events."""
+        return self.writer
+
     def allocate(self, layout: PoolLayout, *, lru: bool = True) -> ReferencePools:
         """Pools in layer order; the host rows are the shared allocation's."""
         if layout != self.pool.layout or self._layers >= self.pool.layers:

@@ -535,7 +535,8 @@ class Simulation:
         return result
 
     def _d2h_bytes(self) -> int:
-        return sum(port.d2h_bytes() for port in self.copiers)
+        """Bytes every rank copied device -> host (a shared pool's readers copy none)."""
+        return sum(port.d2h_bytes() for port in self.ports)
 
     def _deliver(self, port: WorkerPort, t: int) -> None:
         """The rank's acks since its last meta, up to the coordinator (as bytes). With a

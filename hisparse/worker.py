@@ -178,9 +178,12 @@ class HiSparseWorker:
         if spills:  # one batched copy per cache for the whole step
             for h in self.handles:
                 self.executor.enqueue_spills(h.runtime.pools, spills)
+        copied = spec.block_tokens * spec.row_bytes * len(self.handles)
+        if not self.executor.copies_spills:  # a shared pool's reader moves no bytes
+            copied = 0
         for t in transfers:
             self._enqueued.append(t.transfer_id)
-            self.d2h_bytes += spec.block_tokens * spec.row_bytes * len(self.handles)
+            self.d2h_bytes += copied
         for r in meta.replacements:
             table = self.tables.tables.get(r.request_id)
             if table is not None:  # a finished request's entry needs no update

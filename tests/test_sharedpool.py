@@ -55,6 +55,8 @@ def test_only_the_writer_copies_and_a_reader_waits_on_its_event() -> None:
         topk = {"r": np.arange(4, dtype=np.int32)}
         assert writer.queued() == (5,) and reader.queued() == ()  # the reader copies nothing
         assert writer.d2h_bytes() == 64
+        assert reader.d2h_bytes() == 0  # it took the command but moved no bytes
+        assert writer.worker.executor.copies_spills and not reader.worker.executor.copies_spills
         assert reader.decode(topk, 1).waits_on == (5,)  # nothing decoded yet
         with pytest.raises(ReadBeforeWriterEvent, match=r"\[5\]"):  # a read would be refused
             reader.worker.decode({0: topk}, step=1)
@@ -112,7 +114,7 @@ def test_two_processes_share_one_host_allocation() -> None:
         assert np.array_equal(pool.host(0)[12:16], data[0])  # landed here, once
         got = reader.decode(topk, 1)
         assert got.waits_on == () and np.array_equal(got.seen[0], data[0])
-        assert reader.d2h_bytes() == writer.d2h_bytes() == 64  # (the worker counts commands)
+        assert writer.d2h_bytes() == 64 and reader.d2h_bytes() == 0  # only the writer copies
     finally:
         writer.close()
         reader.close()

@@ -96,6 +96,11 @@ class CudaExecutor:
         self._leaders: weakref.WeakSet[CudaPools] = weakref.WeakSet()
         """Leader pools allocated here, whose launch refusals ``completed()`` reports."""
 
+    @property
+    def copies_spills(self) -> bool:
+        """Every spill is copied by this executor (``Executor.copies_spills``)."""
+        return True
+
     def defines(self, hot_rows: int) -> tuple[str, ...]:
         """NVRTC options of the resolver for ``hot_rows``: per-thread register chunks are
         compile-time constants. ``HISPARSE_NVRTC_OPTIONS`` adds options (tuning only)."""

@@ -106,6 +106,11 @@ class SharedReaderExecutor(CudaExecutor):
         self._taken: set[int] = set()  # taken since the last completed(): records to forget
         self._taken_by: dict[int, set[int]] = {}  # transfer -> the caches that took it
 
+    @property
+    def copies_spills(self) -> bool:
+        """A reader copies nothing: the writer's copy fills the one host pool."""
+        return False
+
     def learn(self, announcement: Mapping[int, int]) -> None:
         """The writer's announcement: which record covers each new transfer's copy."""
         if announcement:

@@ -507,7 +507,7 @@ def run_rank(o: TpOptions, group: Group) -> dict[str, Any]:
             sched.consume([p["acks"].encode() for p in parts])
     else:
         raise TpRunFailed("the run did not drain")
-    rep.copied_bytes = 0 if role == "reader" else side.worker.d2h_bytes
+    rep.copied_bytes = side.worker.d2h_bytes  # (a reader's executor copies nothing: 0)
     rep.memory = _memory(int(getattr(arena, "pinned_bytes", 0)))
     rep.memory.update({f"start_{k}": v for k, v in before.items() if k != "pinned_bytes"})
     rep.memory["wall_ms"] = int((time.perf_counter() - wall) * 1000)
