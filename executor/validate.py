@@ -128,7 +128,17 @@ def check_spills(layout: PoolLayout, spills: Sequence[SpillCopy]) -> list[SpillC
     transfer ID or destination host block twice in the batch. Collisions with copies
     already queued are the executor's to check (it holds the queue)."""
     checked: list[SpillCopy] = []
+    gpu, host = layout.gpu_blocks, layout.host_blocks
     for spill in spills:
+        if len(spill) == 3:  # the common case, plain ints in range: no per-field loop
+            t, s, d = spill
+            if (type(t) is int and type(s) is int and type(d) is int
+                    and t >= 0 and 0 <= s < gpu and 0 <= d < host):
+                checked.append((t, s, d))
+                continue
+        else:
+            raise BadTransfer(
+                f"a spill is (transfer_id, src_gpu_block, dst_host_block), got {spill!r}")
         for name, value, limit in zip(
             ("transfer_id", "src_gpu_block", "dst_host_block"),
             spill,

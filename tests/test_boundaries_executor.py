@@ -142,12 +142,18 @@ def test_spill_coordinates_at_the_edge() -> None:
     assert ex.queued() == [0]
     before = state(pools)
     for tid, src, dst in ((1, SPEC.gpu_blocks, 0), (1, 0, SPEC.host_blocks), (1, 0, -1),
-                          (1.0, 0, 0)):
+                          (1.0, 0, 0), (True, 0, 0), (-1, 0, 0)):
         with pytest.raises(BadTransfer):
             ex.enqueue_spill(pools, tid, src, dst)  # type: ignore[arg-type]
         assert state(pools) == before and ex.queued() == [0]
+    for batch in ([(1, 0, 0), (2, 0)], [(1, 0, 0), (2, 0, 1, 9)], [(1, 0, 2), (np.int64(2), 0, 2)]):
+        with pytest.raises(BadTransfer):  # a wrong arity, or a host block twice
+            ex.enqueue_spills(pools, batch)  # type: ignore[arg-type]
+        assert state(pools) == before and ex.queued() == [0]
+    ex.enqueue_spills(pools, [(np.int64(3), np.int32(1), 2)])  # type: ignore[list-item]
+    assert ex.queued() == [0, 3]  # NumPy ints are ints too
     ex.release()
-    assert ex.completed() == [0]
+    assert ex.completed() == [0, 3]
     start = SPEC.host_row(SPEC.host_blocks - 1, 0)
     res = SPEC.resident_row(SPEC.gpu_blocks - 1, 0)
     bt = SPEC.block_tokens
