@@ -95,6 +95,7 @@ class ProtocolMachine:
         self.copiers = frozenset(config.copiers)
         self._one = [frozenset((w,)) for w in range(config.ranks)]
         self._has_readers = bool(config.readers)  # a shared pool with reader ranks
+        self._host_capacity = config.host_capacity  # (a property of a frozen config)
         # every request ever declared, only while recording: a trace's header names them all
         self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
 
@@ -369,8 +370,9 @@ class ProtocolMachine:
         return tid
 
     def _spill_capacity(self) -> int:
-        """The host pool's capacity in blocks (the spec's HostCapacity, rounded down)."""
-        return self.state.config.host_capacity
+        """The host pool's capacity in blocks (the spec's HostCapacity, rounded down; the
+        config is frozen, so it is read once, at construction)."""
+        return self._host_capacity
 
     def _pin_source(self, p: Page, g: int, h: int) -> None:
         """The source stays leased and pinned until the enqueued ack."""
@@ -507,13 +509,19 @@ class ProtocolMachine:
                     "WorkerEnqueue", f"rank {w} acks transfer {tid} before the writer took it"
                 )
         if completed:
-            enq = set(enqueued)
+            # this meta's enqueued IDs as a set, built only for a completed ID whose copy
+            # is not running yet (a pipelined meta's completed acks are earlier steps')
+            enq: set[int] | None = None
             copying = s.copying_tid[w]
             for tid in completed:
                 h = self.open_transfer(tid)
                 if h is None:
                     raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
-                if not ((tid in enq and w in self.copiers) or copying.get(h) == tid):
+                if copying.get(h) == tid:  # its copy runs on rank w: enqueued earlier
+                    continue
+                if enq is None:
+                    enq = set(enqueued)
+                if not (tid in enq and w in self.copiers):
                     self._refuse_completed(tid, h, w, tid in enq)  # raises
 
     def _refuse_enqueued(self, tid: int, w: int) -> None:
