@@ -15,6 +15,7 @@ from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.executor.reference import ReferenceExecutor
+from hisparse.spec import machine as machine_module
 from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.messages import HiSparseWorkerMeta
 from hisparse.worker import HiSparseWorker
@@ -181,6 +182,8 @@ def test_churn_bench_drains_to_empty() -> None:
     doc = run(2000, host_blocks=128, eviction_pools=(128, 256))
     assert doc["left_after_drain"] == []
     assert doc["acks"] == "pipelined"  # the headline shape
+    # which build ran: the sources, or tools/build_compiled.py's modules
+    assert (doc["build"] == "python") == str(machine_module.__file__).endswith(".py")
     assert doc["retired"] == 2000 and doc["prefix_hits"] > 0
     assert len(doc["per_request_cpu_us_by_decile"]) == 10
     assert all(e["evicting_spills"] > 0 for e in doc["eviction"])

@@ -39,6 +39,20 @@ BLOCK_TOKENS, ROW_BYTES = 64, 656  # DeepSeek-V3.2 FP8 sparse MLA rows
 ACK_SHAPES = ("pipelined", "split")
 
 
+def build() -> str:
+    """Which build of the scheduler core runs: "python", or "mypyc" with the compiled
+    modules (tools/build_compiled.py)."""
+    import hisparse.connector
+    import hisparse.coordinator
+    import hisparse.spec.lifecycle
+    import hisparse.spec.machine
+
+    mods = (hisparse.spec.machine, hisparse.coordinator, hisparse.spec.lifecycle,
+            hisparse.connector)
+    compiled = [m.__name__ for m in mods if not str(m.__file__).endswith(".py")]
+    return f"mypyc: {', '.join(compiled)}" if compiled else "python"
+
+
 def _rss_bytes() -> int:
     """Resident set size now (Linux /proc; 0 where unavailable)."""
     try:
@@ -220,6 +234,7 @@ def run(
     runs = [churn(requests, host_blocks, a) for a in acks]
     head = runs[0]
     doc: dict[str, Any] = {
+        "build": build(),
         "requests": requests,
         "host_blocks": host_blocks,
         "live_requests": Churn.live,
