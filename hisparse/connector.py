@@ -24,6 +24,7 @@ from hisparse.spec.messages import (
     trusted_metadata,
     trusted_worker_meta,
 )
+from hisparse.spec.native import mypyc_attr
 
 M = TypeVar("M")
 
@@ -52,6 +53,7 @@ class KVConnectorRole(enum.Enum):
     WORKER = "worker"
 
 
+@mypyc_attr(native_class=False)  # (spec/native.py: why)
 class HiSparseConnector:
     """One per process; ``role`` says which half of the methods may be called."""
 

@@ -49,6 +49,7 @@ from hisparse.spec.messages import (
     trusted_replacement,
     trusted_transfer,
 )
+from hisparse.spec.native import mypyc_attr
 from hisparse.spec.state import Key, Loc, Page, ProtocolState, RequestId, Spill
 
 
@@ -76,6 +77,7 @@ class Admission(NamedTuple):
     prefix_hits: int
 
 
+@mypyc_attr(native_class=False)  # (spec/native.py: why)
 class HiSparseCoordinator:
     """Scheduler-side owner of logical host blocks and residency transitions."""
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from transitions import Machine
 
 from hisparse.spec.errors import IllegalTransition
+from hisparse.spec.native import mypyc_attr
 
 # (trigger, source states, destination)
 Row = tuple[str, tuple[str, ...], str]
 
 
+@mypyc_attr(native_class=False)  # (spec/native.py: why)
 @dataclass(frozen=True)
 class Lifecycle:
     """One declared state machine and its compiled transition table."""

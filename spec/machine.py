@@ -27,6 +27,7 @@ from hisparse.spec.errors import (
 )
 from hisparse.spec.invariants import check_invariants
 from hisparse.spec.lifecycle import HOST_PAGE, REQUEST, TRANSFER
+from hisparse.spec.native import mypyc_attr
 from hisparse.spec.observe import ACTION_WRITES, Observer
 from hisparse.spec.state import (
     GARBAGE,
@@ -43,6 +44,7 @@ from hisparse.spec.state import (
     ReqState,
     RequestId,
     Spill,
+    Tier,
     Transfer,
 )
 
@@ -69,6 +71,7 @@ _NO_RANKS: frozenset[int] = frozenset()
 StepRecord = tuple[str, dict[str, Any], dict[str, Any]]
 
 
+@mypyc_attr(native_class=False)  # (spec/native.py: why)
 class ProtocolMachine:
     """Drives one ProtocolState through the spec's actions.
 
@@ -95,6 +98,7 @@ class ProtocolMachine:
         self.copiers = frozenset(config.copiers)
         self._one = [frozenset((w,)) for w in range(config.ranks)]
         self._has_readers = bool(config.readers)  # a shared pool with reader ranks
+        self._host_capacity = config.host_capacity  # (a property of a frozen config)
         # every request ever declared, only while recording: a trace's header names them all
         self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
 
@@ -282,10 +286,10 @@ class ProtocolMachine:
         if m or (hosts is not None and len(hosts)):  # (no comprehension frames: no hit)
             if hosts is None:
                 hosts = [min(s.prefix[keys[i]]) for i in range(m)]
-            hosts = [HostBlock(x) for x in hosts]
-            if len(hosts) != m or any(hosts[i] not in s.prefix[keys[i]] for i in range(m)):
+            hits = [HostBlock(x) for x in hosts]  # (typed HostBlock: mypyc keeps the type)
+            if len(hits) != m or any(hits[i] not in s.prefix[keys[i]] for i in range(m)):
                 raise ActionNotEnabled(
-                    a, f"hosts {list(hosts)} are not published copies of the hit"
+                    a, f"hosts {list(hits)} are not published copies of the hit"
                 )
         need = len(keys) - m
         if blocks is None:  # the lowest free blocks (a scan: tests and drivers only)
@@ -306,9 +310,8 @@ class ProtocolMachine:
             raise ActionNotEnabled(a, f"blocks {list(blocks)} are not {need} distinct free blocks")
         s.req[r] = cast(ReqState, REQUEST.next(st, "arrive"))  # type: ignore[arg-type]
         if m:
-            assert hosts is not None  # (set above whenever there is a hit)
-            for i in range(m):
-                self._set_loc((r, i + 1), ("host", hosts[i]))
+            for i in range(m):  # (hits: set above whenever there is a hit)
+                self._set_loc((r, i + 1), ("host", hits[i]))
         loc, data = s.loc, s.gpu_data
         j = m
         for g in blocks:
@@ -339,40 +342,41 @@ class ProtocolMachine:
         where = self.check_spill(p)
         if not 0 <= h < s.config.host_blocks:
             self._host(a, h)  # raises
-        h = HostBlock(h)
-        if s.host_state[h] != "free":
-            raise ActionNotEnabled(a, f"host block {h} is {s.host_state[h]}")
+        hb = HostBlock(h)  # (typed HostBlock: in the compiled build an int loses its type)
+        if s.host_state[hb] != "free":
+            raise ActionNotEnabled(a, f"host block {hb} is {s.host_state[hb]}")
         cap = self._spill_capacity()
         if s.host_used >= cap:
             raise ActionNotEnabled(a, f"host pool full ({cap} blocks in use)")
         g = where[1]
         tid = s.next_transfer_id
         s.next_transfer_id = tid + 1
-        self._host_to(h, "lease")
+        self._host_to(hb, "lease")
         r = p[0]
-        s.host_key[h] = s.page_keys[r][p[1] - 1]  # (key_of, inlined)
+        s.host_key[hb] = s.page_keys[r][p[1] - 1]  # (key_of, inlined)
         sp = _tuple_new(Spill, (g, p, "sent", tid, _NO_RANKS, self.everyone))
-        if s.spill[h] is None:  # _set_spill's whole effect on a block with no open transfer
+        if s.spill[hb] is None:  # _set_spill's whole effect on a block with no open transfer
             refs = s.req_refs
             refs[r] = refs.get(r, 0) + 1
-            s.transfer_dst[tid] = h
-            s.open_spills.add(h)
-            s.spill[h] = sp
+            s.transfer_dst[tid] = hb
+            s.open_spills.add(hb)
+            s.spill[hb] = sp
         else:
-            self._set_spill(h, sp)
-        t = _tuple_new(Transfer, (tid, g, h))
+            self._set_spill(hb, sp)
+        t = _tuple_new(Transfer, (tid, g, hb))
         for down in s.down:  # the same command to every rank
             down[tid] = t
-        self._pin_source(p, g, h)
+        self._pin_source(p, g, hb)
         if self._observed:  # nobody reads args otherwise
-            self._done(a, {"page": [p[0], p[1]], "host_block": h})
+            self._done(a, {"page": [p[0], p[1]], "host_block": hb})
         return tid
 
     def _spill_capacity(self) -> int:
-        """The host pool's capacity in blocks (the spec's HostCapacity, rounded down)."""
-        return self.state.config.host_capacity
+        """The host pool's capacity in blocks (the spec's HostCapacity, rounded down; the
+        config is frozen, so it is read once, at construction)."""
+        return self._host_capacity
 
-    def _pin_source(self, p: Page, g: int, h: int) -> None:
+    def _pin_source(self, p: Page, g: int, h: HostBlock) -> None:
         """The source stays leased and pinned until the enqueued ack."""
         self.state.src_pin[g] = True
 
@@ -507,13 +511,19 @@ class ProtocolMachine:
                     "WorkerEnqueue", f"rank {w} acks transfer {tid} before the writer took it"
                 )
         if completed:
-            enq = set(enqueued)
+            # this meta's enqueued IDs as a set, built only for a completed ID whose copy
+            # is not running yet (a pipelined meta's completed acks are earlier steps')
+            enq: set[int] | None = None
             copying = s.copying_tid[w]
             for tid in completed:
                 h = self.open_transfer(tid)
                 if h is None:
                     raise UnknownTransfer(tid, "completed ack for a transfer that is not open")
-                if not ((tid in enq and w in self.copiers) or copying.get(h) == tid):
+                if copying.get(h) == tid:  # its copy runs on rank w: enqueued earlier
+                    continue
+                if enq is None:
+                    enq = set(enqueued)
+                if not (tid in enq and w in self.copiers):
                     self._refuse_completed(tid, h, w, tid in enq)  # raises
 
     def _refuse_enqueued(self, tid: int, w: int) -> None:
@@ -595,9 +605,11 @@ class ProtocolMachine:
         s.gpu_data[g] = GARBAGE
         self._unpin(g)
 
-    def _moved_entry(self, h: int) -> Loc:
-        """The block-table entry of a page whose enqueued ack moved it to host block h."""
-        return ("host", h)
+    def _moved_entry(self, h: int) -> tuple[Tier, HostBlock]:
+        """The block-table entry of a page whose enqueued ack moved it to host block h.
+        (Made a HostBlock here, and typed so: the compiled build (spec/native.py) holds an
+        ``int`` or a ``Loc`` unboxed, which would drop the subclass.)"""
+        return ("host", HostBlock(h))
 
     def _unpin(self, g: int) -> None:
         """The enqueued ack releases the source pin with the resident lease."""

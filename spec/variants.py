@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hisparse.spec.lifecycle import TRANSFER
-from hisparse.spec.state import GARBAGE, Loc, Meta, Page
+from hisparse.spec.state import GARBAGE, HostBlock, Meta, Page, Tier
 
 if TYPE_CHECKING:
     from hisparse.spec.machine import ProtocolMachine
@@ -27,7 +27,7 @@ def round_up_pool(m: ProtocolMachine) -> int:
     return -(-cfg.host_pool_bytes // cfg.host_block_bytes)
 
 
-def release_source_at_send(m: ProtocolMachine, p: Page, g: int, h: int) -> None:
+def release_source_at_send(m: ProtocolMachine, p: Page, g: int, h: HostBlock) -> None:
     """StartSpill releases the source lease at once instead of pinning it."""
     m._set_loc(p, ("host", h))
     m._own(g, None)
@@ -94,9 +94,9 @@ def writer_skips_reader_done(m: ProtocolMachine) -> bool:
     return False
 
 
-def host_id_as_gpu_index(m: ProtocolMachine, h: int) -> Loc:
+def host_id_as_gpu_index(m: ProtocolMachine, h: int) -> tuple[Tier, HostBlock]:
     """The enqueued ack writes the host block ID as a GPU block-table entry."""
-    return ("gpu", h)
+    return ("gpu", HostBlock(h))
 
 
 def enqueued_ack_keeps_pin(m: ProtocolMachine, g: int) -> None:

@@ -1,10 +1,14 @@
-"""``hisparse bench protocol`` runs and reports every action (figures are not asserted)."""
+"""``hisparse bench`` targets run and report (figures are not asserted); their arguments."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
+import pytest
+
+from hisparse.bench.cli import _ack_shapes
 from hisparse.bench.protocol import ACTIONS
 from hisparse.cli import main
 
@@ -24,3 +28,14 @@ def test_bench_coordinator_runs(tmp_path: Path) -> None:
     assert main(["bench", "coordinator", "--requests", "8", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["check_off"]["spill_lifecycle_us"] > 0 and doc["check_on"]["idle_step_us"] > 0
+
+
+def test_bench_churn_ack_shapes_are_parsed_and_bad_ones_refused() -> None:
+    assert _ack_shapes("split") == ("split",)
+    assert _ack_shapes("pipelined, split") == ("pipelined", "split")
+    for bad in ("batched", "split,split", "pipelined,"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _ack_shapes(bad)
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "churn", "--requests", "10", "--acks", "both"])
+    assert exc.value.code == 2

@@ -15,6 +15,7 @@ from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.executor.reference import ReferenceExecutor
+from hisparse.spec import machine as machine_module
 from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.messages import HiSparseWorkerMeta
 from hisparse.worker import HiSparseWorker
@@ -180,9 +181,36 @@ def test_tables_follow_live_requests_not_history() -> None:
 def test_churn_bench_drains_to_empty() -> None:
     doc = run(2000, host_blocks=128, eviction_pools=(128, 256))
     assert doc["left_after_drain"] == []
+    assert doc["acks"] == "pipelined"  # the headline shape
+    # which build ran: the sources, or tools/build_compiled.py's modules
+    assert (doc["build"] == "python") == str(machine_module.__file__).endswith(".py")
     assert doc["retired"] == 2000 and doc["prefix_hits"] > 0
     assert len(doc["per_request_cpu_us_by_decile"]) == 10
     assert all(e["evicting_spills"] > 0 for e in doc["eviction"])
+    assert sorted(doc["by_acks"]) == ["pipelined", "split"]  # both shapes, each run whole
+    assert all(r["retired"] == 2000 for r in doc["by_acks"].values())
+
+
+@pytest.mark.parametrize("acks", ["pipelined", "split"])
+def test_churn_shapes_pass_every_invariant_and_drain(acks: str) -> None:
+    """Both shapes of acks are behaviours of the spec: invariants after every action,
+    and each lifecycle's transfer closes (pipelined: at the next lifecycle's meta)."""
+    ch = Churn(host_blocks=16, live=4, acks=acks, check=True)
+    for i in range(200):
+        ch.lifecycle(i)
+        open_now = len(ch.coordinator.state.open_spills)
+        assert open_now == (1 if acks == "pipelined" else 0)
+    assert ch.coordinator.machine.invariant_checks > 200 * 8  # checked, action by action
+    assert ch.coordinator.retired == 200 - ch.live and ch.evicting_spills > 100
+    ch.drain()
+    assert drained_problems(ch) == []
+
+
+def test_churn_refuses_an_unknown_shape_of_acks() -> None:
+    with pytest.raises(ValueError, match="acks"):
+        Churn(host_blocks=16, acks="batched")
+    with pytest.raises(ValueError, match="acks"):
+        run(10, acks=("split", "nope"))
 
 
 def test_connector_carries_a_restart() -> None:

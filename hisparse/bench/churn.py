@@ -2,7 +2,14 @@
 
 N request lifecycles one after another, as an engine drives them through the
 connector: ``add_request`` → ``admit`` → ``spill`` one page → build metadata →
-enqueued ack → completed ack → ``finish`` once ``live`` newer requests run. Each
+enqueued ack → completed ack → ``finish`` once ``live`` newer requests run.
+
+Two shapes of acks (``acks``). An engine calls ``get_worker_meta`` once per
+scheduler step, so the meta of step i carries the enqueued acks of step i's
+transfers and the completed acks of the copies that finished since, step i-1's:
+``pipelined`` sends one meta per lifecycle, (enqueued tid_i, completed tid_{i-1}),
+and the drain completes the last. ``split`` sends two metas per lifecycle, the
+enqueued ack and then the completed ack of the same transfer (unpipelined). Each
 request has ``pages`` pages; a share of them start with one of a few repeated
 prefixes (a prefix hit once published). The host pool fills, then every spill
 evicts. Invariant checks are off (production). Figures: µs per lifecycle by
@@ -28,6 +35,22 @@ from hisparse.coordinator import HiSparseCoordinator
 from hisparse.spec.messages import trusted_worker_meta
 
 BLOCK_TOKENS, ROW_BYTES = 64, 656  # DeepSeek-V3.2 FP8 sparse MLA rows
+# the shapes of acks a lifecycle's worker metas can take (module docstring)
+ACK_SHAPES = ("pipelined", "split")
+
+
+def build() -> str:
+    """Which build of the scheduler core runs: "python", or "mypyc" with the compiled
+    modules (tools/build_compiled.py)."""
+    import hisparse.connector
+    import hisparse.coordinator
+    import hisparse.spec.lifecycle
+    import hisparse.spec.machine
+
+    mods = (hisparse.spec.machine, hisparse.coordinator, hisparse.spec.lifecycle,
+            hisparse.connector)
+    compiled = [m.__name__ for m in mods if not str(m.__file__).endswith(".py")]
+    return f"mypyc: {', '.join(compiled)}" if compiled else "python"
 
 
 def _rss_bytes() -> int:
@@ -51,8 +74,15 @@ class Churn:
     # time each spill that evicts (two CPU-clock reads per lifecycle, each a system
     # call): only the eviction-cost runs do; the churn run times whole deciles
     time_spills: bool = False
+    acks: str = "pipelined"  # one of ACK_SHAPES
+    check: bool = False  # every invariant after every action (tests; the bench runs without)
 
     def __post_init__(self) -> None:
+        if self.acks not in ACK_SHAPES:
+            raise ValueError(f"acks must be one of {ACK_SHAPES}, not {self.acks!r}")
+        self._pipelined = self.acks == "pipelined"
+        # pipelined: the transfer whose completed ack rides on the next lifecycle's meta
+        self.pending: int | None = None
         cfg = HiSparseConfig(
             host_pool_blocks=self.host_blocks,
             block_tokens=BLOCK_TOKENS,
@@ -60,7 +90,7 @@ class Churn:
         )
         gpu = self.live * self.pages + self.pages
         self.kv = BlockPool(gpu)
-        self.coordinator = HiSparseCoordinator(cfg, self.kv, gpu_blocks=gpu, check=False)
+        self.coordinator = HiSparseCoordinator(cfg, self.kv, gpu_blocks=gpu, check=self.check)
         self.conn = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
         self.capacity = self.coordinator.state.config.host_capacity  # (a constant: read once)
         self.running: list[str] = []
@@ -96,8 +126,15 @@ class Churn:
             raise RuntimeError("spill found no host block: nothing evictable")
         conn.build_connector_meta()
         # what the worker role's get_worker_meta hands back (one rank: rank 0)
-        conn.update_connector_output(trusted_worker_meta((tid,), (), 0))
-        conn.update_connector_output(trusted_worker_meta((), (tid,), 0))
+        if self._pipelined:  # this step's enqueued ack, the previous step's completed ack
+            prev = self.pending
+            conn.update_connector_output(
+                trusted_worker_meta((tid,), () if prev is None else (prev,), 0)
+            )
+            self.pending = tid
+        else:
+            conn.update_connector_output(trusted_worker_meta((tid,), (), 0))
+            conn.update_connector_output(trusted_worker_meta((), (tid,), 0))
         self.running.append(r)
         if len(self.running) - self.head > self.live:
             c.finish(self.running[self.head])
@@ -107,7 +144,10 @@ class Churn:
                 self.head = 0
 
     def drain(self) -> None:
-        """Finish every running request and drop the published pages."""
+        """Complete the last copy, finish every running request, drop the published pages."""
+        if self.pending is not None:
+            self.conn.update_connector_output(trusted_worker_meta((), (self.pending,), 0))
+            self.pending = None
         for r in self.running[self.head :]:
             self.coordinator.finish(r)
         self.running, self.head = [], 0
@@ -126,9 +166,11 @@ def drained_problems(ch: Churn) -> list[str]:
     return out
 
 
-def eviction_cost(host_blocks: int, samples: int = 20_000) -> dict[str, float]:
+def eviction_cost(
+    host_blocks: int, samples: int = 20_000, acks: str = "pipelined"
+) -> dict[str, Any]:
     """µs per spill that evicts, once a pool of ``host_blocks`` is full."""
-    ch = Churn(host_blocks, time_spills=True)
+    ch = Churn(host_blocks, time_spills=True, acks=acks)
     for i in range(host_blocks + samples):
         ch.lifecycle(i)
     return {
@@ -138,13 +180,10 @@ def eviction_cost(host_blocks: int, samples: int = 20_000) -> dict[str, float]:
     }
 
 
-def run(
-    requests: int,
-    host_blocks: int = 8192,
-    eviction_pools: tuple[int, ...] = (8192, 262_144),
-) -> dict[str, Any]:
-    """Churn ``requests`` lifecycles; then the eviction cost at each pool size."""
-    ch = Churn(host_blocks)
+def churn(requests: int, host_blocks: int, acks: str) -> dict[str, Any]:
+    """One churn run of ``requests`` lifecycles in one shape of acks: its figures, then
+    the tables while live and what is left after the drain."""
+    ch = Churn(host_blocks, acks=acks)
     tenth = max(requests // 10, 1)
     deciles: list[float] = []
     rss_warm = 0
@@ -165,23 +204,58 @@ def run(
     rss_end = _rss_bytes()
     tables_live = ch.coordinator.table_sizes()
     ch.drain()
-    doc: dict[str, Any] = {
-        "requests": requests,
-        "host_blocks": host_blocks,
-        "live_requests": ch.live,
-        "pages_per_request": ch.pages,
+    return {
+        "acks": acks,
         "per_request_cpu_us_by_decile": [round(d, 2) for d in deciles],
         "last_over_first_decile": round(deciles[-1] / deciles[0], 3) if deciles else None,
         "requests_per_cpu_s": round(requests / total, 1),
         "cpu_seconds": round(total, 2),
         "requests_per_wall_s": round(requests / wall, 1),
         "wall_seconds": round(wall, 2),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_growth_after_first_decile_mib": round((rss_end - rss_warm) / 2**20, 2),
         "prefix_hits": ch.coordinator.prefix_hits,
         "retired": ch.coordinator.retired,
         "tables_at_end": tables_live,
         "left_after_drain": drained_problems(ch),
-        "eviction": [eviction_cost(n) for n in eviction_pools],
+    }
+
+
+def run(
+    requests: int,
+    host_blocks: int = 8192,
+    eviction_pools: tuple[int, ...] = (8192, 262_144),
+    acks: tuple[str, ...] = ACK_SHAPES,
+) -> dict[str, Any]:
+    """Churn ``requests`` lifecycles in each shape of ``acks`` (the first is the headline:
+    its figures at the top, the eviction runs in its shape), one after another in this
+    process; then the eviction cost at each pool size."""
+    if not acks or any(a not in ACK_SHAPES for a in acks):
+        raise ValueError(f"acks must name one or more of {ACK_SHAPES}, not {acks!r}")
+    runs = [churn(requests, host_blocks, a) for a in acks]
+    head = runs[0]
+    doc: dict[str, Any] = {
+        "build": build(),
+        "requests": requests,
+        "host_blocks": host_blocks,
+        "live_requests": Churn.live,
+        "pages_per_request": Churn.pages,
+        **head,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "by_acks": {
+            r["acks"]: {k: r[k] for k in _SHAPE_FIGURES} for r in runs
+        },
+        "left_after_drain": [f"{r['acks']}: {x}" for r in runs for x in r["left_after_drain"]],
+        "eviction": [eviction_cost(n, acks=acks[0]) for n in eviction_pools],
     }
     return doc
+
+
+# the figures each shape's run reports side by side (``by_acks``)
+_SHAPE_FIGURES = (
+    "requests_per_cpu_s",
+    "per_request_cpu_us_by_decile",
+    "last_over_first_decile",
+    "cpu_seconds",
+    "rss_growth_after_first_decile_mib",
+    "retired",
+)

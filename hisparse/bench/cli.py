@@ -175,12 +175,30 @@ def _churn_args(p: argparse.ArgumentParser) -> None:
                    help="request lifecycles to run through the connector")
     p.add_argument("--host-blocks", type=positive_int, default=8192,
                    help="host pool of the churn run, in blocks")
+    p.add_argument("--acks", type=_ack_shapes, default=("pipelined", "split"),
+                   help="shapes of acks, comma-separated, each its own run of --requests "
+                        "(the first is the headline): pipelined (one worker meta per "
+                        "lifecycle: its enqueued ack and the previous copy's completed ack) "
+                        "or split (the enqueued and the completed ack in two metas)")
+
+
+def _ack_shapes(text: str) -> tuple[str, ...]:
+    """A comma-separated list of churn ack shapes, none repeated."""
+    from hisparse.bench.churn import ACK_SHAPES
+
+    shapes = tuple(x.strip() for x in text.split(","))
+    bad = [x for x in shapes if x not in ACK_SHAPES]
+    if bad or len(set(shapes)) != len(shapes):
+        raise argparse.ArgumentTypeError(
+            f"expected distinct shapes from {', '.join(ACK_SHAPES)}, got {text!r}"
+        )
+    return shapes
 
 
 def _churn(args: argparse.Namespace) -> dict[str, Any]:
     from hisparse.bench import churn
 
-    doc = churn.run(args.requests, host_blocks=args.host_blocks)
+    doc = churn.run(args.requests, host_blocks=args.host_blocks, acks=args.acks)
     for key, value in doc.items():
         print(f"{key:<34} {value}")
     if doc["left_after_drain"]:
