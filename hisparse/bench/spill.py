@@ -61,20 +61,23 @@ def run(
     host = pools.host_device.reshape(-1)
     for count in counts:
         nbytes = count * block_bytes
-        src_blocks = [rng.choice(spec.gpu_blocks, size=count, replace=False)
-                      for _ in range(4)]
-        dst_blocks = [rng.choice(spec.host_blocks, size=count, replace=False)
-                      for _ in range(4)]
+        # (src, dst) block pairs as plain ints, four sets cycled (as a worker holds them)
+        pairs = [list(zip(rng.choice(spec.gpu_blocks, size=count, replace=False).tolist(),
+                          rng.choice(spec.host_blocks, size=count, replace=False).tolist(),
+                          strict=True)) for _ in range(4)]
+        batch: list[list[tuple[int, int, int]]] = [[]]
 
-        def spill(i: int, count: int = count, s: Any = src_blocks, d: Any = dst_blocks) -> None:
+        def spill(i: int, batch: list[list[tuple[int, int, int]]] = batch) -> None:
+            ex.enqueue_spills(pools, batch[0])
+
+        def drain(i: int, count: int = count, pairs: Any = pairs,
+                  batch: list[list[tuple[int, int, int]]] = batch) -> None:
+            """Untimed: land the previous batch, then build this one (fresh transfer IDs)."""
             nonlocal tid
-            spills = [(tid + c, int(s[i % 4][c]), int(d[i % 4][c])) for c in range(count)]
-            tid += count
-            ex.enqueue_spills(pools, spills)
-
-        def drain(i: int) -> None:
             ex.release()
             ex.completed()
+            batch[0] = [(tid + c, s, d) for c, (s, d) in enumerate(pairs[i % 4])]
+            tid += count
 
         enqueue_host = host_us(spill, drain)
         drain(0)
@@ -88,12 +91,11 @@ def run(
 
         ceiling = timer.time(bulk, reps=reps)
 
-        def per_block(i: int, count: int = count, s: Any = src_blocks,
-                      d: Any = dst_blocks) -> None:
+        def per_block(i: int, pairs: Any = pairs) -> None:
             stream = cupy.cuda.get_current_stream()
-            for c in range(count):
-                (host[int(d[i % 4][c]) * block_bytes:]).data.copy_from_device_async(
-                    (dev[int(s[i % 4][c]) * block_bytes:]).data, block_bytes, stream)
+            for s, d in pairs[i % 4]:
+                (host[d * block_bytes:]).data.copy_from_device_async(
+                    (dev[s * block_bytes:]).data, block_bytes, stream)
 
         memcpy_host = host_us(per_block, lambda i: None, reps=3)
         cupy.cuda.get_current_stream().synchronize()
