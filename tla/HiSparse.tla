@@ -486,7 +486,7 @@ LossRecovered(w) ==
         Returned == {spill[h].src : h \in {x \in Sent : Ended(x)}}
         Need(h) == IF Busy(h) THEN spill[h].need ELSE spill[h].need \ {w}
         Close == {h \in Open : Need(h) = {} \/ (Bug = "recover_frees_busy_destination"
-                                               /\ h \in Sent)}
+                                                /\ h \in Sent)}
         Publish == IF Bug = "recover_publishes_unsent"
                    THEN {h \in Close : ~Busy(h) /\ req[spill[h].page[1]] # "aborted"}
                    ELSE {h \in Close : spill[h].phase = "enqueued"
