@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -192,8 +193,8 @@ def test_tlc_failure_on_one_file_spares_the_others(
     """A module TLC cannot parse whenever the two-step trace is in it: only that file errs."""
     real = gen.module_text
 
-    def poisoned(traces: list[object]) -> str:
-        text = real(traces)  # type: ignore[arg-type]
+    def poisoned(traces: list[object], **kw: Any) -> str:
+        text = real(traces, **kw)  # type: ignore[arg-type]
         if any(len(t.steps) == 2 for t in traces):  # type: ignore[attr-defined]
             text = text.replace("\n====\n", "\nBroken == (\n====\n")
         return text

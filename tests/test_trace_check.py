@@ -429,3 +429,22 @@ def test_replay_module_derives_from_the_catalogue() -> None:
     assert text.count("e.action =") == len(CATALOGUE)
     assert encode.record([]) == "<<>>"
     assert encode.record([("src", '"g0"')]) == '[src |-> "g0"]'
+
+
+def test_diagnosis_examines_only_the_step_the_replay_stuck_at(tmp_path: Path) -> None:
+    """The diagnostic invariants (an ENABLED each) are guarded by TrDiagnosed: every step
+    in a plain module, only the stuck step in a rejected trace's re-run."""
+    from hisparse.spec.trace import read_trace
+    from hisparse.tracecheck import module
+
+    trace = read_trace(good_run().write(tmp_path / "good.jsonl"))
+    plain = module.module_text([trace])
+    at_six = module.module_text([trace], diagnose_at=6)
+    assert "TrDiagnosed == cursor <= Len(Traces[tr])\n" in plain
+    assert "TrDiagnosed == cursor = 6\n" in at_six
+    assert plain.replace("cursor <= Len(Traces[tr])\n", "cursor = 6\n", 1) == at_six
+    assert "TraceActionEnabled == TrDiagnosed => ENABLED" in at_six
+    guarded = [n for n in module.diagnostic_invariants() if f"{n} ==\n    TrDiagnosed" in at_six]
+    assert len(guarded) == len(module.diagnostic_invariants()) - 1  # all but TraceActionEnabled
+    with pytest.raises(ValueError, match="1 or more"):
+        module.module_text([trace], diagnose_at=0)

@@ -273,55 +273,70 @@ AfterEnqueued(E, R, s) ==
         spill |-> [h \in HostBlocks |->
                      IF h \in E THEN [s[h] EXCEPT !.phase = "enqueued"] ELSE s[h]]]
 
-\* Consume rank w's next worker meta: enqueued IDs first, then completed
-\* IDs. A transfer no rank owes an ack for any more closes: a completed one
-\* publishes its host page (valid + prefix index) and releases the
-\* destination lease; an aborted or abandoned one frees it instead.
+\* What consuming rank w's next worker meta makes of the scheduler's state:
+\* enqueued IDs first, then completed IDs. A transfer no rank owes an ack for
+\* any more closes: a completed one publishes its host page (valid + prefix
+\* index) and releases the destination lease; an aborted or abandoned one
+\* frees it instead. The new values come back as one record, a field per
+\* variable, so the action below evaluates this LET once per step: TLC
+\* re-evaluates a LET name at every use when the LET encloses primed
+\* variables, and these names use one another (cost multiplied per level).
+MetaConsumed(w) ==
+    LET m == Head(up[w])
+        Acked == {h \in m.enq : spill[h] # NoSpill}
+        E0 == {h \in Acked : spill[h].phase = "sent"}
+        \* a reader's enqueued ack is its last: its reads are ordered
+        s1 == [h \in HostBlocks |->
+                 IF h \notin Acked THEN spill[h]
+                 ELSE [spill[h] EXCEPT
+                         !.enq = IF h \in E0 THEN @ \cup {w} ELSE @,
+                         !.need = IF w \in Copiers THEN @ ELSE @ \ {w}]]
+        E == {h \in E0 : s1[h].enq = Ranks}
+        R == IF Bug = "release_source_at_first_enqueued" THEN E0 ELSE E
+        a == AfterEnqueued(E, R, s1)
+        \* the buggy order handles completions first and drops those it
+        \* cannot match to an enqueued transfer
+        D == IF Bug = "batched_done_before_enqueued"
+             THEN {h \in m.done : spill[h].phase = "enqueued"}
+             ELSE {h \in m.done : spill[h] # NoSpill}
+        s2 == [h \in HostBlocks |->
+                 IF h \in D THEN [a.spill[h] EXCEPT !.need = @ \ {w}] ELSE a.spill[h]]
+        Early(h) == \/ Bug = "publish_after_one_rank_done"
+                       /\ req[s2[h].page[1]] # "aborted" /\ s2[h].phase = "enqueued"
+                    \/ Bug = "abort_frees_after_one_rank_done"
+                       /\ req[s2[h].page[1]] = "aborted"
+        Close == {h \in Acked \cup D : /\ s2[h].phase # "sent"
+                                       /\ s2[h].need = {} \/ (h \in D /\ Early(h))}
+        Publish == {h \in Close : /\ req[s2[h].page[1]] # "aborted"
+                                  /\ s2[h].phase = "enqueued"}
+        PublishEarly == IF Bug = "publish_at_enqueued" THEN E ELSE {}
+        Valid == Publish \cup PublishEarly
+        Free == Close \ Valid
+    IN [loc |-> a.loc, gpuOwner |-> a.gpuOwner, gpuData |-> a.gpuData, srcPin |-> a.srcPin,
+        spill |-> [h \in HostBlocks |-> IF h \in Close THEN NoSpill ELSE s2[h]],
+        hostState |-> [h \in HostBlocks |->
+                         IF h \in Valid THEN "valid"
+                         ELSE IF h \in Free THEN "free"
+                         ELSE hostState[h]],
+        hostKey |-> [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]],
+        prefix |-> [k \in Keys |-> prefix[k] \cup {h \in Valid : hostKey[h] = k}],
+        hostData |-> Scribble(Free)]
+
+\* Consume rank w's next worker meta (MetaConsumed). `n` is bound by \E over a
+\* one-element set, TLC's way to evaluate an expression once inside an action.
 ConsumeMeta(w) ==
     /\ up[w] # <<>>
-    /\ LET m == Head(up[w])
-           Acked == {h \in m.enq : spill[h] # NoSpill}
-           E0 == {h \in Acked : spill[h].phase = "sent"}
-           \* a reader's enqueued ack is its last: its reads are ordered
-           s1 == [h \in HostBlocks |->
-                    IF h \notin Acked THEN spill[h]
-                    ELSE [spill[h] EXCEPT
-                            !.enq = IF h \in E0 THEN @ \cup {w} ELSE @,
-                            !.need = IF w \in Copiers THEN @ ELSE @ \ {w}]]
-           E == {h \in E0 : s1[h].enq = Ranks}
-           R == IF Bug = "release_source_at_first_enqueued" THEN E0 ELSE E
-           a == AfterEnqueued(E, R, s1)
-           \* the buggy order handles completions first and drops those it
-           \* cannot match to an enqueued transfer
-           D == IF Bug = "batched_done_before_enqueued"
-                THEN {h \in m.done : spill[h].phase = "enqueued"}
-                ELSE {h \in m.done : spill[h] # NoSpill}
-           s2 == [h \in HostBlocks |->
-                    IF h \in D THEN [a.spill[h] EXCEPT !.need = @ \ {w}] ELSE a.spill[h]]
-           Early(h) == \/ Bug = "publish_after_one_rank_done"
-                          /\ req[s2[h].page[1]] # "aborted" /\ s2[h].phase = "enqueued"
-                       \/ Bug = "abort_frees_after_one_rank_done"
-                          /\ req[s2[h].page[1]] = "aborted"
-           Close == {h \in Acked \cup D : /\ s2[h].phase # "sent"
-                                          /\ s2[h].need = {} \/ (h \in D /\ Early(h))}
-           Publish == {h \in Close : /\ req[s2[h].page[1]] # "aborted"
-                                     /\ s2[h].phase = "enqueued"}
-           PublishEarly == IF Bug = "publish_at_enqueued" THEN E ELSE {}
-           Valid == Publish \cup PublishEarly
-           Free == Close \ Valid
-       IN /\ loc' = a.loc
-          /\ gpuOwner' = a.gpuOwner
-          /\ gpuData' = a.gpuData
-          /\ srcPin' = a.srcPin
-          /\ spill' = [h \in HostBlocks |-> IF h \in Close THEN NoSpill ELSE s2[h]]
-          /\ hostState' = [h \in HostBlocks |->
-                             IF h \in Valid THEN "valid"
-                             ELSE IF h \in Free THEN "free"
-                             ELSE hostState[h]]
-          /\ hostKey' = [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]]
-          /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Valid : hostKey[h] = k}]
-          /\ hostData' = Scribble(Free)
-          /\ up' = [up EXCEPT ![w] = Tail(@)]
+    /\ \E n \in {MetaConsumed(w)} :
+          /\ loc' = n.loc
+          /\ gpuOwner' = n.gpuOwner
+          /\ gpuData' = n.gpuData
+          /\ srcPin' = n.srcPin
+          /\ spill' = n.spill
+          /\ hostState' = n.hostState
+          /\ hostKey' = n.hostKey
+          /\ prefix' = n.prefix
+          /\ hostData' = n.hostData
+    /\ up' = [up EXCEPT ![w] = Tail(@)]
     /\ UNCHANGED <<req, down, workerVars>>
 
 \* A request ends. Its block-table entries go; unpinned resident blocks go
@@ -460,7 +475,9 @@ WorkerReadsDone(w) ==
 \*  - a transfer no rank owes an ack for closes: an enqueued one is
 \*    published (its bytes landed everywhere; the acks were lost), or freed
 \*    for an aborted request; an abandoned one's destination returns.
-WorkerLoss(w) ==
+\* LossRecovered is that recovery, as one record of new values (evaluated once
+\* per step: see MetaConsumed).
+LossRecovered(w) ==
     LET Busy(h) == copying[w][h] # Idle
         Open == {h \in HostBlocks : spill[h] # NoSpill}
         Sent == {h \in Open : spill[h].phase = "sent"}
@@ -475,27 +492,38 @@ WorkerLoss(w) ==
                    ELSE {h \in Close : spill[h].phase = "enqueued"
                                        /\ req[spill[h].page[1]] # "aborted"}
         Free == Close \ Publish
-    IN
+    IN [srcPin |-> [g \in GpuBlocks |-> IF g \in Unpinned THEN FALSE ELSE srcPin[g]],
+        gpuOwner |-> [g \in GpuBlocks |-> IF g \in Returned THEN NoPage ELSE gpuOwner[g]],
+        gpuData |-> [g \in GpuBlocks |-> IF g \in Returned THEN "garbage" ELSE gpuData[g]],
+        spill |-> [h \in HostBlocks |->
+                     IF h \in Close THEN NoSpill
+                     ELSE IF h \in Open
+                          THEN [spill[h] EXCEPT !.need = Need(h),
+                                                !.phase = IF h \in Sent THEN "abandoned" ELSE @]
+                     ELSE spill[h]],
+        hostState |-> [h \in HostBlocks |->
+                         IF h \in Publish THEN "valid"
+                         ELSE IF h \in Free THEN "free"
+                         ELSE hostState[h]],
+        hostKey |-> [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]],
+        prefix |-> [k \in Keys |-> prefix[k] \cup {h \in Publish : hostKey[h] = k}],
+        hostData |-> Scribble(Free)]
+
+\* Rank w is lost; the coordinator recovers in the same step (LossRecovered).
+WorkerLoss(w) ==
     /\ down' = [down EXCEPT ![w] = {}]
     /\ up' = [up EXCEPT ![w] = <<>>]
     /\ wEnq' = [wEnq EXCEPT ![w] = {}]
     /\ wDone' = [wDone EXCEPT ![w] = {}]
-    /\ srcPin' = [g \in GpuBlocks |-> IF g \in Unpinned THEN FALSE ELSE srcPin[g]]
-    /\ gpuOwner' = [g \in GpuBlocks |-> IF g \in Returned THEN NoPage ELSE gpuOwner[g]]
-    /\ gpuData' = [g \in GpuBlocks |-> IF g \in Returned THEN "garbage" ELSE gpuData[g]]
-    /\ spill' = [h \in HostBlocks |->
-                    IF h \in Close THEN NoSpill
-                    ELSE IF h \in Open
-                         THEN [spill[h] EXCEPT !.need = Need(h),
-                                               !.phase = IF h \in Sent THEN "abandoned" ELSE @]
-                    ELSE spill[h]]
-    /\ hostState' = [h \in HostBlocks |->
-                        IF h \in Publish THEN "valid"
-                        ELSE IF h \in Free THEN "free"
-                        ELSE hostState[h]]
-    /\ hostKey' = [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]]
-    /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Publish : hostKey[h] = k}]
-    /\ hostData' = Scribble(Free)
+    /\ \E n \in {LossRecovered(w)} :
+          /\ srcPin' = n.srcPin
+          /\ gpuOwner' = n.gpuOwner
+          /\ gpuData' = n.gpuData
+          /\ spill' = n.spill
+          /\ hostState' = n.hostState
+          /\ hostKey' = n.hostKey
+          /\ prefix' = n.prefix
+          /\ hostData' = n.hostData
     /\ UNCHANGED <<req, loc, copying, waits, reading>>
 
 -----------------------------------------------------------------------------

@@ -128,13 +128,17 @@ class _Replay:
         self.install, self.tla, self.invariants = install, tla, invariants
         self.root = Path(tempfile.mkdtemp(prefix="hisparse-trace-"))
 
-    def run(self, group: _Group, label: str, *, diagnose: bool = False) -> TlcResult:
+    def run(self, group: _Group, label: str, *, diagnose_at: int | None = None) -> TlcResult:
+        """Replay ``group``; with ``diagnose_at``, the diagnostic invariants at that step."""
         gen_dir = self.root / f"group{group.number}-{label}"
         gen_dir.mkdir(parents=True)
         module = gen_dir / f"{gen.MODULE}.tla"
-        module.write_text(gen.module_text(group.traces))
+        if diagnose_at is None:
+            module.write_text(gen.module_text(group.traces))
+        else:
+            module.write_text(gen.module_text(group.traces, diagnose_at=diagnose_at))
         cfg = gen_dir / f"{gen.MODULE}.cfg"
-        cfg.write_text(gen.cfg_text(self.invariants, diagnose=diagnose))
+        cfg.write_text(gen.cfg_text(self.invariants, diagnose=diagnose_at is not None))
         return run_tlc(module, cfg, gen_dir, "auto", tla_dir=self.tla, install=self.install)
 
     def stop(self, res: TlcResult, count: int) -> tuple[str, StopPoint]:
@@ -145,10 +149,11 @@ class _Replay:
             raise TraceCheckError(f"TLC could not replay the traces: {out.reason}", res.log_path)
         return out.violated[0], stop
 
-    def diagnose(self, group: _Group, idx: int, runs: list[TlcResult]) -> str:
-        """Re-run one trace that deadlocked with the diagnostic invariants, for a reason."""
+    def diagnose(self, group: _Group, idx: int, at: int, runs: list[TlcResult]) -> str:
+        """Re-run one trace that deadlocked at step ``at`` with the diagnostic invariants
+        there, for a reason."""
         alone = _Group(group.number, [group.paths[idx]], [group.traces[idx]])
-        res = self.run(alone, f"diagnose{len(runs)}", diagnose=True)
+        res = self.run(alone, f"diagnose{len(runs)}", diagnose_at=at)
         runs.append(res)
         return self.stop(res, 1)[0]
 
@@ -157,7 +162,7 @@ class _Replay:
         violated, stop = self.stop(res, len(group.traces))
         idx = stop.tr - 1
         if violated == DEADLOCK:
-            violated = self.diagnose(group, idx, runs)
+            violated = self.diagnose(group, idx, stop.cursor, runs)
         trace, path = group.traces.pop(idx), group.paths.pop(idx)
         # A spec invariant fails in the state after a step, the others before it.
         step = stop.cursor - 1 if violated in self.invariants else stop.cursor

@@ -47,7 +47,7 @@ TraceNext ==
     \\/ /\\ cursor > Len(Traces[tr])
        /\\ UNCHANGED <<vars, tr, cursor>>
 
-TraceActionEnabled == cursor <= Len(Traces[tr]) => ENABLED StepAction(TrStep)
+TraceActionEnabled == TrDiagnosed => ENABLED StepAction(TrStep)
 """
 
 
@@ -79,7 +79,7 @@ def match_invariants() -> str:
     """One ``TraceMatches_<var>`` per variable: some successor agrees on that variable."""
     return "".join(
         f"{MATCH_PREFIX}{v} ==\n"
-        f'    cursor <= Len(Traces[tr]) /\\ "{v}" \\in DOMAIN TrStep.post\n'
+        f'    TrDiagnosed /\\ "{v}" \\in DOMAIN TrStep.post\n'
         f"        => ENABLED (StepAction(TrStep) /\\ {v}' = {posted(v, 'TrStep')})\n"
         for v in POST_FIELDS
     )
@@ -111,8 +111,25 @@ class _Interner:
         return [f"{name} == {expr}" for expr, name in self.names.items()]
 
 
-def module_text(traces: Sequence[Trace]) -> str:
-    """The module replaying ``traces``; they must share one header's constants."""
+def diagnosed(at: int | None) -> str:
+    """``TrDiagnosed``: the states whose step the diagnostic invariants examine.
+
+    Each costs an ENABLED evaluation, and TLC caches no LET value inside ENABLED, so a
+    rejected trace's re-run examines only the step it stuck at (``at``, which the first
+    run found): every earlier step had a successor there, so these invariants held.
+    """
+    if at is None:
+        return "TrDiagnosed == cursor <= Len(Traces[tr])\n"
+    if at < 1:
+        raise ValueError(f"diagnosed step must be 1 or more, not {at}")
+    return f"TrDiagnosed == cursor = {at}\n"
+
+
+def module_text(traces: Sequence[Trace], *, diagnose_at: int | None = None) -> str:
+    """The module replaying ``traces``; they must share one header's constants.
+
+    ``diagnose_at``: the step the diagnostic invariants examine (default: every step).
+    """
     header = traces[0].header
     defs = [f"{name} == {value}" for name, value in encode.constants(header)]
     value, step = _Interner("TrV"), _Interner("TrS")
@@ -134,6 +151,7 @@ def module_text(traces: Sequence[Trace]) -> str:
             step_action(),
             _NESTED,
             match_post(),
+            diagnosed(diagnose_at),
             _REPLAY,
             match_invariants(),
             "====",
