@@ -28,13 +28,20 @@ pytestmark = pytest.mark.tlc
 TRACES_NEEDED = 200
 
 
-def test_hypothesis_traces_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None:
+def _record(tmp_path: Path, examples: int, steps: int, ranks: int = 1,
+            backing: str = "private") -> list[Path]:
+    """Run the stateful protocol test with a recording machine; one trace file per run
+    that took a step (each ends quiescent: teardown drains first)."""
     recorded: list[Path] = []
 
     class Recording(ProtocolStateful):
+        RANKS = ranks
+        BACKING = backing
+
         def __init__(self) -> None:
             super().__init__()
-            self.m = make_machine(gpu_blocks=3, host_pool_bytes=9, record=True)
+            self.m = make_machine(gpu_blocks=3, host_pool_bytes=9, record=True,
+                                  ranks=ranks, backing=backing)
 
         def teardown(self) -> None:
             super().teardown()  # drains: the trace ends quiescent
@@ -45,9 +52,14 @@ def test_hypothesis_traces_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None
                 recorded.append(path)
 
     Recording.TestCase.settings = settings(
-        max_examples=400, stateful_step_count=80, deadline=None, database=None
+        max_examples=examples, stateful_step_count=steps, deadline=None, database=None
     )
     Recording.TestCase().runTest()
+    return recorded
+
+
+def test_hypothesis_traces_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None:
+    recorded = _record(tmp_path, examples=400, steps=80)
     assert len(recorded) >= TRACES_NEEDED
     result = check_traces(recorded, install=tlc)
     bad = [v.line() for v in result.rejected]
@@ -59,30 +71,7 @@ def test_hypothesis_traces_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None
 @pytest.mark.parametrize("backing", ["private", "shared"])
 def test_two_rank_traces_are_accepted(tmp_path: Path, tlc: TlcInstall, backing: str) -> None:
     """Traces of two tensor-parallel ranks (every rank-indexed step names its rank)."""
-    recorded: list[Path] = []
-
-    class Recording(ProtocolStateful):
-        RANKS = 2
-        BACKING = backing
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = make_machine(
-                gpu_blocks=3, host_pool_bytes=9, record=True, ranks=2, backing=backing
-            )
-
-        def teardown(self) -> None:
-            super().teardown()
-            assert self.m.steps is not None
-            if self.m.steps:
-                path = tmp_path / f"t{len(recorded):04d}.jsonl"
-                write_trace(path, machine_trace(self.m))
-                recorded.append(path)
-
-    Recording.TestCase.settings = settings(
-        max_examples=100, stateful_step_count=60, deadline=None, database=None
-    )
-    Recording.TestCase().runTest()
+    recorded = _record(tmp_path, examples=100, steps=60, ranks=2, backing=backing)
     assert len(recorded) >= 40
     ranked = {s.args.rank for p in recorded for s in read_trace(p).steps if hasattr(s.args, "rank")}
     assert ranked == {0, 1}  # both ranks took part

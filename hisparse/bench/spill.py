@@ -70,8 +70,8 @@ def run(
         def spill(i: int, batch: list[list[tuple[int, int, int]]] = batch) -> None:
             ex.enqueue_spills(pools, batch[0])
 
-        def drain(i: int, count: int = count, pairs: Any = pairs,
-                  batch: list[list[tuple[int, int, int]]] = batch) -> None:
+        def prepare(i: int, count: int = count, pairs: Any = pairs,
+                    batch: list[list[tuple[int, int, int]]] = batch) -> None:
             """Untimed: land the previous batch, then build this one (fresh transfer IDs)."""
             nonlocal tid
             ex.release()
@@ -79,12 +79,12 @@ def run(
             batch[0] = [(tid + c, s, d) for c, (s, d) in enumerate(pairs[i % 4])]
             tid += count
 
-        enqueue_host = host_us(spill, drain)
-        drain(0)
+        enqueue_host = host_us(spill, prepare)
+        prepare(0)
         ex.spill_stream.synchronize()
-        batched = timer.time(spill, reps=reps, before=drain, stream=ex.spill_stream,
+        batched = timer.time(spill, reps=reps, before=prepare, stream=ex.spill_stream,
                              spin_us=max(200.0, SLACK * enqueue_host))
-        drain(0)
+        prepare(0)
 
         def bulk(i: int, nbytes: int = nbytes) -> None:
             host.data.copy_from_device_async(dev.data, nbytes, cupy.cuda.get_current_stream())
