@@ -294,7 +294,7 @@ class ConformanceReport:
 
 
 def new_machine() -> ProtocolMachine:
-    m = ProtocolMachine(GEN_CONFIG, check=True)
+    m = ProtocolMachine.create(GEN_CONFIG, check=True)
     for r, keys in GEN_REQUESTS.items():
         m.add_request(r, keys)
     return m

@@ -77,7 +77,7 @@ class Admission(NamedTuple):
     prefix_hits: int
 
 
-@mypyc_attr(native_class=False)  # (spec/native.py: why)
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class HiSparseCoordinator:
     """Scheduler-side owner of logical host blocks and residency transitions."""
 
@@ -93,7 +93,9 @@ class HiSparseCoordinator:
         self.config = config
         self.kv = kv
         self.gpu_blocks = gpu_blocks
-        self.machine = ProtocolMachine(config.protocol(gpu_blocks), check=check, record=record)
+        self.machine = ProtocolMachine.create(
+            config.protocol(gpu_blocks), check=check, record=record
+        )
         self.ranks = config.tp_ranks
         self._unsent: list[int] = []  # transfers started, not yet handed to the connector
         # per rank: handed to the connector, that rank's enqueued ack not consumed

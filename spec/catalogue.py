@@ -16,10 +16,13 @@ replacements).
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from hisparse.spec import variants
@@ -410,6 +413,31 @@ def spec_writes(spec: str, action: str) -> set[str]:
     return set(spec_variables(spec)) - unchanged
 
 
+def _source(obj: Any) -> str:
+    """The source of a class or of a method of one. A compiled build's native code
+    carries no source for ``inspect``: read it from the ``.py`` beside the ``.so``."""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        pass
+    owner = obj if isinstance(obj, type) else getattr(obj, "__objclass__", None)
+    cls_name, _, name = getattr(obj, "__qualname__", "").partition(".")
+    mod = sys.modules.get(getattr(owner or obj, "__module__", ""))
+    where = Path(str(getattr(mod, "__file__", "")))
+    py = where.with_name(where.name.split(".")[0] + ".py")
+    if not py.is_file():
+        raise OSError(f"no source for {obj!r}")
+    text = py.read_text()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls_name:
+            if not name:
+                return ast.get_source_segment(text, node) or ""
+            for f in node.body:
+                if isinstance(f, ast.FunctionDef) and f.name == name:
+                    return ast.get_source_segment(text, f) or ""
+    raise OSError(f"no source for {obj!r} in {py}")
+
+
 def _method_reach(machine: type, root: str) -> str:
     """The source of ``machine.root`` and of every method it calls on ``self``, transitively."""
     seen: set[str] = set()
@@ -421,7 +449,7 @@ def _method_reach(machine: type, root: str) -> str:
             continue
         seen.add(name)
         try:
-            text = inspect.getsource(fn)
+            text = _source(fn)
         except (OSError, TypeError):
             continue
         out.append(text)
@@ -502,7 +530,7 @@ def disagreements(
                 out.append(f"{v.bug}: catches {v.catches}, which the spec does not define")
     if fired != triggers:
         out.append(f"lifecycle triggers no action fires: {sorted(triggers - fired)}")
-    source = inspect.getsource(machine)
+    source = _source(machine)
     named = sorted(b for b in bugs if f'"{b}"' in source)
     if named:
         out.append(f"production rules name injected bugs {named}: register them as variants")

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from types import MethodType
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from hisparse.spec.catalogue import variant
 from hisparse.spec.errors import (
@@ -71,13 +70,25 @@ _NO_RANKS: frozenset[int] = frozenset()
 StepRecord = tuple[str, dict[str, Any], dict[str, Any]]
 
 
-@mypyc_attr(native_class=False)  # (spec/native.py: why)
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)  # (spec/native.py)
 class ProtocolMachine:
     """Drives one ProtocolState through the spec's actions.
 
     ``check`` runs every invariant after every action (tests: always on);
     ``record`` keeps (action, args, changes of the written variables) per step.
+    Build one with ``ProtocolMachine.create(config)``: a config that names an injected
+    bug gets that bug's subclass (``machine_class``).
     """
+
+    # the injected bug whose step this class carries ("none": the production rules)
+    injected: ClassVar[str] = "none"
+
+    @classmethod
+    def create(
+        cls, config: ProtocolConfig, *, check: bool = True, record: bool = False
+    ) -> ProtocolMachine:
+        """A machine for ``config``: the subclass of its injected bug, if it names one."""
+        return machine_class(config.bug)(config, check=check, record=record)
 
     def __init__(
         self, config: ProtocolConfig, *, check: bool = True, record: bool = False
@@ -89,9 +100,12 @@ class ProtocolMachine:
         self._observed = check or record
         self.observer: Observer | None = Observer(self.state) if record else None
         self.bug = config.bug
-        if config.bug != "none":  # the variant's step shadows the production one
-            v = variant(config.bug)
-            setattr(self, v.step, MethodType(v.impl, self))
+        carries = getattr(type(self), "injected", "none")  # (read from Python: subclasses)
+        if config.bug != carries:
+            raise ValueError(
+                f"config names injected bug {config.bug!r} but {type(self).__name__} "
+                f"carries {carries!r}: build it with ProtocolMachine.create(config)"
+            )
         self.invariant_checks = 0
         # the spec's Ranks and Copiers, and {w} per rank (built once: acks test them)
         self.everyone = frozenset(range(config.ranks))
@@ -1016,3 +1030,22 @@ def _refuse_repeats(ids: Sequence[int]) -> None:
         if tid in seen:
             raise UnknownTransfer(tid, "repeated within one worker meta")
         seen.add(tid)
+
+
+# one subclass per injected bug, built once (a class, not a patched instance: the
+# compiled build's native machine has no instance dictionary to patch)
+_VARIANT_CLASSES: dict[str, type[ProtocolMachine]] = {}
+
+
+def machine_class(bug: str) -> type[ProtocolMachine]:
+    """The machine class for injected bug ``bug``: ProtocolMachine for "none", else its
+    subclass whose one step is the variant's (spec/catalogue.py)."""
+    if bug == "none":
+        return ProtocolMachine
+    cls = _VARIANT_CLASSES.get(bug)
+    if cls is None:
+        v = variant(bug)  # (KeyError: unknown bug, with the known names)
+        body = {v.step: v.impl, "injected": bug, "__module__": __name__}
+        cls = type(f"ProtocolMachine_{bug}", (ProtocolMachine,), body)
+        _VARIANT_CLASSES[bug] = cls
+    return cls

@@ -1,8 +1,9 @@
 """The injected bugs' replacement steps (registered in spec/catalogue.py).
 
 Each function replaces one named small step of ProtocolMachine (same signature, the
-machine first) for a machine whose config names the bug; the production step is
-``type(m).<step>``. The spec's ``Bug`` branches in tla/HiSparse.tla say the same.
+machine first) in the subclass that a config naming the bug builds (machine_class);
+the production step is ``production().<step>``. The spec's ``Bug`` branches in
+tla/HiSparse.tla say the same.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from hisparse.spec.state import GARBAGE, HostBlock, Meta, Page, Tier
 
 if TYPE_CHECKING:
     from hisparse.spec.machine import ProtocolMachine
+
+
+def production() -> type[ProtocolMachine]:
+    """The class of the production steps (imported late: the machine imports this module
+    through the catalogue)."""
+    from hisparse.spec.machine import ProtocolMachine
+
+    return ProtocolMachine
 
 
 def double_allocation(m: ProtocolMachine) -> bool:
@@ -50,7 +59,7 @@ def publish_at_enqueued(m: ProtocolMachine, w: int, enq: list[int], done: list[i
     """The enqueued ack publishes the destination; its completed ack only closes it."""
     s = m.state
     early = [h for h in done if s.host_state[h] == "valid"]  # published at its enqueued ack
-    type(m)._apply_meta(m, w, enq, [h for h in done if h not in early])
+    production()._apply_meta(m, w, enq, [h for h in done if h not in early])
     for h in early:
         sp = s.spill[h]
         if sp is not None:
@@ -107,7 +116,7 @@ def abort_frees_inflight_host(m: ProtocolMachine, r: str, how: str) -> list[int]
     """Abort also frees the destinations of the request's open transfers."""
     s = m.state
     mine = set(s.pages_of(r))
-    freed = type(m)._end(m, r, how)
+    freed = production()._end(m, r, how)
     if how == "abort":
         for h, sp in enumerate(s.spill):
             if sp is not None and sp.page in mine:
@@ -122,7 +131,7 @@ def abort_keeps_resident_blocks(
     m: ProtocolMachine, how: str, resident: list[tuple[Page, int]]
 ) -> list[int]:
     """Abort hands no GPU block back to HMA."""
-    return [] if how == "abort" else type(m)._freed_at_end(m, how, resident)
+    return [] if how == "abort" else production()._freed_at_end(m, how, resident)
 
 
 def evict_referenced_host(m: ProtocolMachine, h: int) -> bool:
@@ -141,7 +150,7 @@ def retire_inflight(m: ProtocolMachine, r: str) -> str | None:
 
 def retire_waits_for_host_pages(m: ProtocolMachine, r: str) -> str | None:
     """Retire also waits until no host block holds one of the request's keys."""
-    why = type(m).retire_refusal(m, r)
+    why = production().retire_refusal(m, r)
     if why:
         return why
     keys = set(m.state.page_keys[r])

@@ -34,7 +34,10 @@ def make_machine(
     ranks: int = 1,
     backing: str = "private",
     writer: int = 0,
+    machine_class: type[ProtocolMachine] | None = None,
 ) -> ProtocolMachine:
+    """A machine with ``universe``'s requests declared (``machine_class``: a test's
+    subclass, for a config without an injected bug)."""
     cfg = ProtocolConfig(
         gpu_blocks=gpu_blocks,
         host_pool_bytes=host_pool_bytes,
@@ -45,7 +48,10 @@ def make_machine(
         writer=writer,
         bug=bug,
     )
-    m = ProtocolMachine(cfg, record=record)
+    if machine_class is None:
+        m = ProtocolMachine.create(cfg, record=record)
+    else:
+        m = machine_class(cfg, record=record)
     for r, keys in (universe or UNIVERSE).items():
         m.add_request(r, keys)
     return m
@@ -196,3 +202,11 @@ def random_walk(m: ProtocolMachine, steps: int, seed: int) -> int:
         action = rng.choice(sorted(by_action))  # actions evenly, not arguments
         getattr(m, action)(*rng.choice(by_action[action]))
     return steps
+
+
+def attributes(obj: object) -> dict[str, Any]:
+    """``obj``'s attributes by name, as ``vars`` gives them in pure Python; also for a
+    compiled build's native class, which has no ``__dict__`` but serialises them."""
+    state = obj.__getstate__()
+    assert isinstance(state, dict), f"{type(obj).__name__} has no attribute state"
+    return state

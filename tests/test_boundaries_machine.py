@@ -339,7 +339,7 @@ def test_protocol_config_boundaries() -> None:
 
     def rounded_up(c: ProtocolConfig) -> int:
         """The capacity the round_up_pool variant sizes the pool with."""
-        buggy = ProtocolMachine(c.model_copy(update={"bug": "round_up_pool"}))
+        buggy = ProtocolMachine.create(c.model_copy(update={"bug": "round_up_pool"}))
         return buggy._spill_capacity()
 
     c = ProtocolConfig(gpu_blocks=1, host_pool_bytes=5, host_block_bytes=2)

@@ -26,6 +26,7 @@ from hisparse.spec.messages import (
     SparseKVPageTransfer,
 )
 from hisparse.worker import HiSparseWorker, WorkerError
+from tests.protocol_helpers import attributes
 
 BT, ROW = 4, 16  # block tokens, row bytes
 
@@ -50,7 +51,7 @@ def snap(c: HiSparseCoordinator) -> Any:
     """The protocol state, HMA's pool and every bookkeeping field of the coordinator."""
     kv = c.kv
     assert isinstance(kv, BlockPool)
-    own = {k: v for k, v in vars(c).items() if k not in ("kv", "config", "machine")}
+    own = {k: v for k, v in attributes(c).items() if k not in ("kv", "config", "machine")}
     return (
         c.state.clone(),
         sorted(kv._free), list(kv._is_free), set(kv._pinned),

@@ -17,8 +17,10 @@ from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.spec import machine as machine_module
 from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
+from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import HiSparseWorkerMeta
 from hisparse.worker import HiSparseWorker
+from tests.protocol_helpers import attributes
 
 BLOCK = 64 * 656
 
@@ -31,7 +33,7 @@ def make(gpu: int = 8, host: int = 4) -> tuple[HiSparseCoordinator, BlockPool]:
 
 def everything(c: HiSparseCoordinator, kv: BlockPool) -> Any:
     """Protocol state, the coordinator's own tables and HMA's pool."""
-    own = {k: v for k, v in vars(c).items() if k not in ("machine", "kv")}
+    own = {k: v for k, v in attributes(c).items() if k not in ("machine", "kv")}
     return c.state.clone(), copy.deepcopy(own), copy.deepcopy(vars(kv))
 
 
@@ -284,21 +286,21 @@ def test_a_finished_request_retires_when_its_last_transfer_completes() -> None:
     assert c.state.host_state[0] == "valid"  # published, and the ID is free again
 
 
-def test_admit_hands_the_blocks_back_when_the_machine_refuses(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_admit_hands_the_blocks_back_when_the_machine_refuses() -> None:
     """Arrive cannot refuse after check_arrive through the public API; a refusal
     injected there must still leave HMA's pool and every table as they were."""
     c, kv = make()
-    c.add_request("a", ["a0", "a1"])
 
-    def refuse(*_: object, **__: object) -> None:
-        raise ActionNotEnabled("Arrive", "injected refusal")
+    class Refusing(ProtocolMachine):  # (a subclass: the compiled machine has no __dict__)
+        def Arrive(self, *_: object, **__: object) -> None:
+            raise ActionNotEnabled("Arrive", "injected refusal")
+
+    c.machine = Refusing(c.machine.state.config, check=True)
+    c.add_request("a", ["a0", "a1"])
 
     def pool(kv: BlockPool) -> Any:  # the free set, not the heap's layout
         return sorted(kv._free), list(kv._is_free), set(kv._pinned)
 
-    monkeypatch.setattr(c.machine, "Arrive", refuse)
     before = everything(c, kv)[:2], pool(kv)
     with pytest.raises(ActionNotEnabled, match="injected refusal"):
         c.admit("a")

@@ -20,6 +20,7 @@ from hisparse.spec.errors import (
     UnknownTransfer,
 )
 from hisparse.spec.messages import WORKER_META, HiSparseWorkerMeta
+from tests.protocol_helpers import attributes
 
 BLOCK = 64 * 656
 
@@ -38,7 +39,7 @@ def make(
 
 def everything(c: HiSparseCoordinator, kv: BlockPool) -> Any:
     """Protocol state, the coordinator's own tables and HMA's pool."""
-    own = {k: v for k, v in vars(c).items() if k not in ("machine", "kv")}
+    own = {k: v for k, v in attributes(c).items() if k not in ("machine", "kv")}
     return c.state.clone(), copy.deepcopy(own), copy.deepcopy(vars(kv))
 
 

@@ -15,6 +15,7 @@ import pytest
 from transitions import MachineError
 
 from hisparse.bugs import BUGS
+from hisparse.spec import machine as machine_module
 from hisparse.spec.catalogue import (
     ACTION_NAMES,
     CATALOGUE,
@@ -158,15 +159,18 @@ def test_every_bug_is_in_the_spec_and_a_variant_of_the_machine() -> None:
     variant's step; the production rules never name it."""
     from tests.protocol_helpers import make_machine
 
-    machine_src = (Path(__file__).resolve().parents[1] / "spec" / "machine.py").read_text()
+    where = Path(str(machine_module.__file__))  # (a compiled build: the .py beside the .so)
+    machine_src = where.with_name(where.name.split(".")[0] + ".py").read_text()
     plain = make_machine()
+    assert type(plain) is ProtocolMachine
     for bug in BUGS:
         assert f'"{bug.name}"' in SPEC, bug.name
         assert f'"{bug.name}"' not in machine_src, bug.name
         _, v = VARIANTS[bug.name]
-        injected = getattr(make_machine(bug.name), v.step)
-        assert getattr(injected, "__func__", None) is v.impl, bug.name
-        assert getattr(plain, v.step).__func__ is getattr(ProtocolMachine, v.step), bug.name
+        buggy = make_machine(bug.name)
+        assert type(buggy).__bases__ == (ProtocolMachine,), bug.name  # its own subclass
+        assert vars(type(buggy))[v.step] is v.impl, bug.name  # ... that holds the variant
+        assert getattr(getattr(buggy, v.step), "__func__", None) is v.impl, bug.name
     assert set(re.findall(r'Bug [=#] "(\w+)"', SPEC)) == {b.name for b in BUGS}
 
 

@@ -44,7 +44,7 @@ from hisparse.spec.messages import (
     SparseKVPageTransfer,
 )
 from hisparse.worker import WorkerError
-from tests.protocol_helpers import index_problems
+from tests.protocol_helpers import attributes, index_problems
 
 STEPS = {"total": 0, "reader_waits": 0, "slow_rank_steps": 0}
 OPTS = SimulateOptions(
@@ -56,7 +56,7 @@ OPTS = SimulateOptions(
 
 def coordinator_tables(c: HiSparseCoordinator) -> dict[str, Any]:
     """The coordinator's own tables and counters (outside the protocol state)."""
-    return copy.deepcopy({k: v for k, v in vars(c).items() if k not in ("machine", "kv")})
+    return copy.deepcopy({k: v for k, v in attributes(c).items() if k not in ("machine", "kv")})
 
 
 def coordinator_problems(c: HiSparseCoordinator) -> list[str]:
@@ -71,7 +71,7 @@ def coordinator_problems(c: HiSparseCoordinator) -> list[str]:
         h for h, st in enumerate(s.host_state) if st == "valid" and not s.host_refs.get(h)
     }
     free = [h for h, st in enumerate(s.host_state) if st == "free"]
-    t = vars(c)
+    t = attributes(c)
     out = []
     if set(t["_resident"]) != resident:
         out.append(f"spillable pages {set(t['_resident'])} != {resident}")
@@ -185,7 +185,7 @@ class SystemStateful(RuleBasedStateMachine):
     def repeated_ids(self, data: st.DataObject) -> None:
         """A meta built with model_construct (no validation) that repeats an ID."""
         c, rank = self.sim.coordinator, self._rank(data)
-        tids = sorted(vars(c)["_sent"][rank]) or sorted(c.state.transfer_dst) or [0]
+        tids = sorted(attributes(c)["_sent"][rank]) or sorted(c.state.transfer_dst) or [0]
         tid = data.draw(st.sampled_from(tids))
         done = data.draw(st.booleans())
         meta = (HiSparseWorkerMeta.model_construct(enqueued=(), completed=(tid, tid), rank=rank)

@@ -10,6 +10,7 @@ with no host copy) are the spec's Init values, which a retired request returns t
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import settings
@@ -63,20 +64,31 @@ def apply(state: JSON, post: JSON) -> None:
                 state[var][i] = value
 
 
+class StepChecked(ProtocolMachine):
+    """Calls ``on_step`` after each recorded step (a subclass, not a patched instance:
+    the compiled build's machine has no instance dictionary)."""
+
+    on_step: Callable[[ProtocolMachine], None]
+
+    def _done(self, action: str, args: dict[str, Any]) -> None:
+        super()._done(action, args)
+        self.on_step(self)
+
+
 class RecordingRebuilds(ProtocolStateful):
     def __init__(self) -> None:
         super().__init__()
-        m = make_machine(gpu_blocks=3, host_pool_bytes=9, record=True)
+        m = make_machine(gpu_blocks=3, host_pool_bytes=9, record=True, machine_class=StepChecked)
+        assert isinstance(m, StepChecked)
+
+        def on_step(seen: ProtocolMachine) -> None:  # (a function: deepcopy shares it)
+            if seen is m:  # not a copy that legal_moves probes an action on
+                self.check_step(seen)
+
+        m.on_step = on_step
         self.m = m
         self.rebuilt = full_state(m.state)
         self.checked = 0
-        done = m._done
-
-        def checked_done(action: str, args: dict[str, Any]) -> None:
-            done(action, args)
-            self.check_step(m)
-
-        setattr(m, "_done", checked_done)  # noqa: B010 - wrap the instance's hook only
 
     def check_step(self, m: ProtocolMachine) -> None:
         assert m.steps is not None

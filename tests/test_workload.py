@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from hisparse.engine.workload import MOONCAKE_TRACE
 from hisparse.simulate import SimulateOptions, simulate
 from hisparse.workload import MooncakeShape, SyntheticShape, WorkloadError, mooncake, synthetic
 
 DATA = Path(__file__).parent / "data" / "mooncake_small.jsonl"
-ROOT = Path(__file__).resolve().parents[1]
-REAL = ROOT.parent / "shared" / "workloads" / "mooncake" / "conversation_trace.jsonl"
+REAL = MOONCAKE_TRACE  # beside the checkout, or HISPARSE_MOONCAKE
 
 SMALL = SimulateOptions(
     workload="mooncake", workload_path=DATA, requests=100, steps=600, time_compression=1.0,

@@ -26,7 +26,7 @@ ACTIONS = (
 def _lifecycles(n: int, check: bool, requests: int) -> dict[str, float]:
     """Mean µs per action over ``n`` lifecycles with ``requests`` others resident."""
     cfg = ProtocolConfig(gpu_blocks=requests + 1, host_pool_bytes=4, host_block_bytes=2)
-    m = ProtocolMachine(cfg, check=check)
+    m = ProtocolMachine.create(cfg, check=check)
     for i in range(requests):  # background load the invariants must scan
         m.add_request(f"bg{i}", [f"bgk{i}"])
         m.Arrive(f"bg{i}")
