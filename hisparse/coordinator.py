@@ -77,7 +77,7 @@ class Admission(NamedTuple):
     prefix_hits: int
 
 
-@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)  # (spec/native.py)
 class HiSparseCoordinator:
     """Scheduler-side owner of logical host blocks and residency transitions."""
 

@@ -1,10 +1,13 @@
-"""The one mypyc hint the optional compiled build needs, without a runtime dependency.
+"""The one mypyc hint the compiled build needs, without a runtime dependency.
 
-``tools/build_compiled.py`` compiles the hot modules with mypyc. Their classes stay
-ordinary Python classes there (``native_class=False``): an injected bug's variant
-shadows one step on the instance, tests patch and copy instances, and the trace
-recorder wraps ``_done``; a native class would refuse all of that. Pure Python (the
-default, and what CI tests) never imports mypy_extensions: there the hint is a no-op.
+``tools/build_compiled.py`` compiles the hot modules with mypyc. ProtocolMachine and
+HiSparseCoordinator are native classes there (``allow_interpreted_subclasses``,
+``serializable``): their methods call each other without Python's attribute lookups,
+which is where a request's lifecycle spends its time. So nothing patches their
+instances: an injected bug's variant is a subclass (``machine_class``), a test that
+refuses an action subclasses the machine, and copies go through ``__getstate__``. The
+lifecycle tables and the connector stay Python classes (``native_class=False``). Pure
+Python never imports mypy_extensions: there the hint is a no-op.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 T = TypeVar("T")
 
-# use: ``@mypyc_attr(native_class=False)`` on the class itself (mypyc reads the decorator
-# where it stands; a wrapper around it would hide it)
+# use: ``@mypyc_attr(...)`` on the class itself (mypyc reads the decorator where it
+# stands; a wrapper around it would hide it)
 
 if TYPE_CHECKING:  # mypy and mypyc see the real decorator and honour it
     from mypy_extensions import mypyc_attr as mypyc_attr

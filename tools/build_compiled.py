@@ -1,11 +1,12 @@
-"""Build the optional mypyc-compiled scheduler core into a directory of its own.
+"""Build the mypyc-compiled scheduler core into a directory of its own.
 
-Pure Python stays the default and what CI tests; this build is for an engine that
-wants the scheduler-side calls faster (``hisparse bench churn``: README). It copies
-the package in its installed layout (``spec/`` as ``hisparse/spec``, as
-pyproject.toml maps it) into ``--out`` and compiles the hot modules there with
-mypyc (ships with mypy, a dev dependency; needs a C compiler and the Python headers).
-The checkout is not touched. Use it by putting the directory first on the path:
+Pure Python is the default install; this build is for an engine that wants the
+scheduler-side calls faster (``hisparse bench churn``: README), and the test suite runs
+against it too (tests/test_compiled_build.py). It copies the package in its installed
+layout (``spec/`` as ``hisparse/spec``, as pyproject.toml maps it) into ``--out`` and
+compiles the hot modules there with mypyc (ships with mypy, a dev dependency; needs a C
+compiler and the Python headers). The checkout is not touched. Use it by putting the
+directory first on the path:
 
     python tools/build_compiled.py --out build/compiled
     PYTHONPATH=build/compiled hisparse bench churn --requests 100000
@@ -14,8 +15,8 @@ The checkout is not touched. Use it by putting the directory first on the path:
 (A path entry is searched before the editable install's import hook. The tests, the
 pytest configuration and the models are copied alongside, because pytest puts the
 test tree's root first on the path: run from the checkout, they would import the
-sources.) The compiled classes stay Python classes (spec/native.py), so bug
-variants, traces and tests behave as in pure Python.
+sources.) ProtocolMachine and HiSparseCoordinator compile to native classes
+(spec/native.py says what that asks of code that uses them).
 """
 
 from __future__ import annotations
