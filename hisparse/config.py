@@ -17,7 +17,7 @@ from hisparse.executor.layout import (
     min_hot_rows,
     row_bytes_problem,
 )
-from hisparse.spec.state import ProtocolConfig
+from hisparse.spec.constants import ProtocolConfig
 
 GIB = 1 << 30
 # DeepSeek-V3.2 FP8 sparse MLA row: 512 NoPE bytes + 16 scale bytes + 128 RoPE bytes.

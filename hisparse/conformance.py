@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from hisparse.spec.catalogue import ACTIONS, VARIABLES, Action, arguments
+from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import ProtocolError
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.observe import encode
-from hisparse.spec.state import ProtocolConfig
 from hisparse.tlc.acquire import TlcInstall, ensure_tlc
 from hisparse.tlc.errors import ModelError
 from hisparse.tlc.paths import tla_dir as default_tla_dir

@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, ClassVar, cast
 
 from hisparse.spec.catalogue import variant
+from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import (
     AckNotOwed,
     ActionNotEnabled,
@@ -38,7 +39,6 @@ from hisparse.spec.state import (
     Meta,
     Page,
     Phase,
-    ProtocolConfig,
     ProtocolState,
     ReqState,
     RequestId,

@@ -1,12 +1,13 @@
 """The one mypyc hint the compiled build needs, without a runtime dependency.
 
-``tools/build_compiled.py`` compiles the hot modules with mypyc. ProtocolMachine and
-HiSparseCoordinator are native classes there (``allow_interpreted_subclasses``,
+``tools/build_compiled.py`` compiles the hot modules with mypyc. ProtocolMachine,
+ProtocolState and HiSparseCoordinator are native classes there (``allow_interpreted_subclasses``,
 ``serializable``): their methods call each other without Python's attribute lookups,
 which is where a request's lifecycle spends its time. So nothing patches their
 instances: an injected bug's variant is a subclass (``machine_class``), a test that
 refuses an action subclasses the machine, and copies go through ``__getstate__``. The
-lifecycle tables and the connector stay Python classes (``native_class=False``). Pure
+lifecycle tables, the connector and HostBlock (an ``int`` subclass) stay Python
+classes (``native_class=False``); ProtocolConfig, a pydantic model, is not compiled. Pure
 Python never imports mypy_extensions: there the hint is a no-op.
 """
 

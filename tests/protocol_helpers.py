@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from hisparse.spec.catalogue import CATALOGUE, arguments
+from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import ProtocolError
 from hisparse.spec.machine import ProtocolMachine
-from hisparse.spec.state import ProtocolConfig, ProtocolState
+from hisparse.spec.state import ProtocolState
 
 # A universe with prefix sharing: r0/r2 share a two-page prefix, r1 its first page.
 UNIVERSE: dict[str, tuple[str, ...]] = {

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
-from hisparse.spec.state import Meta, ProtocolConfig
+from hisparse.spec.state import Meta
 from tests.protocol_helpers import full_spill, make_machine
 
 

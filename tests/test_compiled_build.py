@@ -24,8 +24,8 @@ import pytest
 from hisparse.engine.workload import MOONCAKE_TRACE
 
 ROOT = Path(__file__).resolve().parents[1]
-HOT = ("hisparse.spec.machine", "hisparse.coordinator", "hisparse.spec.lifecycle",
-       "hisparse.connector")
+HOT = ("hisparse.spec.machine", "hisparse.coordinator", "hisparse.spec.state",
+       "hisparse.spec.lifecycle", "hisparse.connector")
 
 
 def missing_toolchain() -> str | None:
@@ -65,16 +65,17 @@ def test_the_hot_classes_are_native_in_the_build(build: Path) -> None:
         f"mods = [importlib.import_module(n) for n in {HOT!r}]\n"
         "from hisparse.spec.machine import ProtocolMachine, machine_class\n"
         "from hisparse.coordinator import HiSparseCoordinator\n"
+        "from hisparse.spec.state import ProtocolState\n"
         "print(json.dumps({'files': [m.__file__ for m in mods],\n"
         "  'dict': [hasattr(c, '__dictoffset__') and c.__dictoffset__ != 0\n"
-        "           for c in (ProtocolMachine, HiSparseCoordinator)],\n"
+        "           for c in (ProtocolMachine, HiSparseCoordinator, ProtocolState)],\n"
         "  'variant_base': machine_class('retire_inflight').__bases__[0] is ProtocolMachine}))\n"
     )
     done = run([sys.executable, "-c", probe], build)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert all(not f.endswith(".py") for f in seen["files"]), seen["files"]
-    assert seen["dict"] == [False, False]  # native: no instance dictionary
+    assert seen["dict"] == [False, False, False]  # native: no instance dictionary
     assert seen["variant_base"]
 
 

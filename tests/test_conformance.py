@@ -9,7 +9,7 @@ import pytest
 from hisparse import conformance
 from hisparse.conformance import ReplayMismatch, StateGraph, dump_graph, replay_graph
 from hisparse.spec.catalogue import CATALOGUE
-from hisparse.spec.state import ProtocolConfig
+from hisparse.spec.constants import ProtocolConfig
 from hisparse.tlc import TlcInstall
 from hisparse.tlc.value import Fn, ModelValue, ValueSyntaxError, parse_state, parse_value
 

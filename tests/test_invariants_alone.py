@@ -16,12 +16,12 @@ from collections.abc import Callable
 import pytest
 
 from hisparse.bugs import BUGS
+from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES, TypeOK, check_invariants
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import (
     HostBlock,
-    ProtocolConfig,
     ProtocolState,
     ReqState,
     Spill,

@@ -15,7 +15,7 @@ directory first on the path:
 (A path entry is searched before the editable install's import hook. The tests, the
 pytest configuration and the models are copied alongside, because pytest puts the
 test tree's root first on the path: run from the checkout, they would import the
-sources.) ProtocolMachine and HiSparseCoordinator compile to native classes
+sources.) ProtocolMachine, ProtocolState and HiSparseCoordinator compile to native classes
 (spec/native.py says what that asks of code that uses them).
 """
 
@@ -34,8 +34,8 @@ LAYOUT = {"hisparse": "hisparse", "hisparse/spec": "spec", "hisparse/executor": 
 # the modules a request's lifecycle runs through (the churn profile's entries)
 # (not hisparse/blockpool.py: its refusal of a HostBlock where a GPU block belongs is a
 # type test on an ``int`` argument, which compiled code receives unboxed, as a plain int)
-HOT = ("hisparse/spec/machine.py", "hisparse/coordinator.py", "hisparse/spec/lifecycle.py",
-       "hisparse/connector.py")
+HOT = ("hisparse/spec/machine.py", "hisparse/coordinator.py", "hisparse/spec/state.py",
+       "hisparse/spec/lifecycle.py", "hisparse/connector.py")
 # copied as they are, to run the test suite against the build
 ALONGSIDE = ("tests", "tla", "docs", "pyproject.toml")
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.lifecycle import HOST_PAGE
 from hisparse.spec.machine import ProtocolMachine
-from hisparse.spec.state import ProtocolConfig
 
 ACTIONS = (
     "Arrive", "StartSpill", "WorkerEnqueue", "WorkerComplete",
