@@ -93,6 +93,12 @@ class ProtocolMachine:
     def __init__(
         self, config: ProtocolConfig, *, check: bool = True, record: bool = False
     ) -> None:
+        carries = getattr(type(self), "injected", "none")  # (read from Python: subclasses)
+        if config.bug != carries:
+            raise ValueError(
+                f"config names injected bug {config.bug!r} but {type(self).__name__} "
+                f"carries {carries!r}: build it with ProtocolMachine.create(config)"
+            )
         self.state = ProtocolState.initial(config)
         self.check = check
         self.steps: list[StepRecord] | None = [] if record else None
@@ -100,12 +106,6 @@ class ProtocolMachine:
         self._observed = check or record
         self.observer: Observer | None = Observer(self.state) if record else None
         self.bug = config.bug
-        carries = getattr(type(self), "injected", "none")  # (read from Python: subclasses)
-        if config.bug != carries:
-            raise ValueError(
-                f"config names injected bug {config.bug!r} but {type(self).__name__} "
-                f"carries {carries!r}: build it with ProtocolMachine.create(config)"
-            )
         self.invariant_checks = 0
         # the spec's Ranks and Copiers, and {w} per rank (built once: acks test them)
         self.everyone = frozenset(range(config.ranks))

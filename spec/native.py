@@ -17,6 +17,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 T = TypeVar("T")
 
+# the modules the compiled build compiles: those a request's lifecycle runs through
+# (not hisparse.blockpool: its refusal of a HostBlock where a GPU block belongs is a type
+# test on an ``int`` argument, which compiled code receives unboxed, as a plain int)
+COMPILED = (
+    "hisparse.spec.machine",
+    "hisparse.coordinator",
+    "hisparse.spec.state",
+    "hisparse.spec.lifecycle",
+    "hisparse.connector",
+)
+
 # use: ``@mypyc_attr(...)`` on the class itself (mypyc reads the decorator where it
 # stands; a wrapper around it would hide it)
 

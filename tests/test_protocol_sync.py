@@ -24,6 +24,7 @@ from hisparse.spec.catalogue import (
     NoArgs,
     disagreements,
 )
+from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import IllegalTransition
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.lifecycle import LIFECYCLES, Lifecycle, mermaid_document
@@ -172,6 +173,18 @@ def test_every_bug_is_in_the_spec_and_a_variant_of_the_machine() -> None:
         assert vars(type(buggy))[v.step] is v.impl, bug.name  # ... that holds the variant
         assert getattr(getattr(buggy, v.step), "__func__", None) is v.impl, bug.name
     assert set(re.findall(r'Bug [=#] "(\w+)"', SPEC)) == {b.name for b in BUGS}
+
+
+def test_the_plain_class_refuses_a_config_that_names_a_bug() -> None:
+    """``ProtocolMachine(config)`` would run the production rules under a bug's name:
+    it is refused with the way to build the bug's machine; ``create`` builds it."""
+    cfg = ProtocolConfig(gpu_blocks=3, host_pool_bytes=9, host_block_bytes=2,
+                         bug="retire_inflight")
+    with pytest.raises(ValueError, match=r"ProtocolMachine\.create"):
+        ProtocolMachine(cfg)
+    assert ProtocolMachine.create(cfg).injected == "retire_inflight"
+    with pytest.raises(KeyError, match="unknown injected bug"):
+        ProtocolMachine.create(cfg.model_copy(update={"bug": "no_such_bug"}))
 
 
 @pytest.mark.parametrize("lc", LIFECYCLES, ids=lambda lc: lc.name)

@@ -27,15 +27,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hisparse.spec.native import COMPILED
+
 ROOT = Path(__file__).resolve().parents[1]
 # installed package -> directory in the checkout (pyproject.toml's package-dir)
 LAYOUT = {"hisparse": "hisparse", "hisparse/spec": "spec", "hisparse/executor": "executor",
           "hisparse/tla": "tla"}
-# the modules a request's lifecycle runs through (the churn profile's entries)
-# (not hisparse/blockpool.py: its refusal of a HostBlock where a GPU block belongs is a
-# type test on an ``int`` argument, which compiled code receives unboxed, as a plain int)
-HOT = ("hisparse/spec/machine.py", "hisparse/coordinator.py", "hisparse/spec/state.py",
-       "hisparse/spec/lifecycle.py", "hisparse/connector.py")
 # copied as they are, to run the test suite against the build
 ALONGSIDE = ("tests", "tla", "docs", "pyproject.toml")
 
@@ -67,7 +64,8 @@ def main() -> int:
     out = a.out.resolve()
     copy_tree(out)
     # mypyc type-checks the hot modules (and what they import) and compiles them in place
-    cmd = [sys.executable, "-m", "mypyc", *HOT]
+    hot = [name.replace(".", "/") + ".py" for name in COMPILED]  # (installed layout)
+    cmd = [sys.executable, "-m", "mypyc", *hot]
     done = subprocess.run(cmd, cwd=out, check=False)
     if done.returncode:
         return done.returncode

@@ -22,6 +22,7 @@ with the wall-clock rate alongside.
 from __future__ import annotations
 
 import gc
+import importlib
 import resource
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.spec.messages import trusted_worker_meta
+from hisparse.spec.native import COMPILED
 
 BLOCK_TOKENS, ROW_BYTES = 64, 656  # DeepSeek-V3.2 FP8 sparse MLA rows
 # the shapes of acks a lifecycle's worker metas can take (module docstring)
@@ -42,13 +44,7 @@ ACK_SHAPES = ("pipelined", "split")
 def build() -> str:
     """Which build of the scheduler core runs: "python", or "mypyc" with the compiled
     modules (tools/build_compiled.py)."""
-    import hisparse.connector
-    import hisparse.coordinator
-    import hisparse.spec.lifecycle
-    import hisparse.spec.machine
-
-    mods = (hisparse.spec.machine, hisparse.coordinator, hisparse.spec.lifecycle,
-            hisparse.connector)
+    mods = [importlib.import_module(name) for name in COMPILED]
     compiled = [m.__name__ for m in mods if not str(m.__file__).endswith(".py")]
     return f"mypyc: {', '.join(compiled)}" if compiled else "python"
 
