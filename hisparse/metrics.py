@@ -13,7 +13,8 @@ Metrics (counters get Prometheus' ``_total`` suffix on the wire):
   lookups, summed over leader layers; a miss is served from the host tier;
 - ``hisparse_host_to_device_bytes``, ``hisparse_device_to_host_bytes``;
 - ``hisparse_spills``, ``hisparse_prefix_hits`` (pages);
-- ``hisparse_host_blocks_used`` / ``_total`` / ``_usage``, ``hisparse_pending_spills``;
+- ``hisparse_host_blocks_used`` / ``_total`` / ``_usage``, ``hisparse_pending_spills``
+  (open transfers); every gauge is read from the protocol state in ``on_step``;
 - ``hisparse_host_block_lifetime_steps``: steps from a transfer writing a host block to
   the next transfer overwriting that block (how long its content was kept);
 - ``hisparse_host_block_reuse_gap_steps``: steps from a host page's publish (or its
@@ -88,7 +89,8 @@ class HiSparseMetrics:
         self.total = p.Gauge("hisparse_host_blocks_total", "Host blocks in the pool", **reg)
         self.usage = p.Gauge("hisparse_host_blocks_usage", "Host pool usage (0..1)", **reg)
         self.pending = p.Gauge("hisparse_pending_spills",
-                               "Spills sent whose completed ack has not arrived", **reg)
+                               "Open transfers: spills not yet closed by their acks or a "
+                               "worker loss", **reg)
         self.lifetime = p.Histogram(
             "hisparse_host_block_lifetime_steps",
             "Steps from a transfer writing a host block to the next overwriting it",
@@ -117,7 +119,6 @@ class HiSparseMetrics:
         n = len(meta.transfers)
         self.spills.inc(n)
         self.d2h.inc(n * self.config.host_block_bytes)
-        self.pending.set(len(self._dst))
 
     def on_worker_meta(self, meta: HiSparseWorkerMeta, step: int) -> None:
         """Completed acks publish pages (the reuse clock starts) and end pending spills."""
@@ -125,7 +126,6 @@ class HiSparseMetrics:
             h = self._dst.pop(tid, None)
             if h is not None:
                 self._touched[h] = step
-        self.pending.set(len(self._dst))
 
     def on_admission(self, admission: Admission, step: int) -> None:
         """Prefix hits: the admitted table's host entries are published pages reused."""
@@ -138,10 +138,17 @@ class HiSparseMetrics:
         self.prefix_hits.inc(admission.prefix_hits)
 
     def on_step(self, coordinator: HiSparseCoordinator) -> None:
-        """Host pool gauges (one counter the protocol state keeps; O(1))."""
-        used = coordinator.state.host_used
+        """Every gauge from the protocol state, where each fact lives (not from a copy
+        kept here: a worker loss closes transfers that no completed ack ever ends).
+        O(open transfers): the ones seen here that have closed since are dropped."""
+        state = coordinator.state
+        used = state.host_used
         self.used.set(used)
         self.usage.set(used / self.config.host_blocks)
+        self.pending.set(len(state.open_spills))
+        machine = coordinator.machine
+        for tid in [t for t in self._dst if machine.open_transfer(t) is None]:
+            del self._dst[tid]  # closed by a worker loss (abandoned or published)
 
     # -- worker side -----------------------------------------------------------------
 
