@@ -46,6 +46,7 @@ from hisparse.tlc import (
     probe_version,
 )
 from hisparse.tlc.acquire import ARTIFACT
+from hisparse.tlc.signals import block_in_this_thread, held
 from hisparse.tracecheck import TraceCheckResult, check_traces
 
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
@@ -109,6 +110,7 @@ def ticking(label: str, every: float = 10.0) -> Iterator[None]:
     start = time.monotonic()
 
     def tick() -> None:
+        block_in_this_thread()  # SIGINT must reach the main thread's blocking read
         while not done.wait(every):
             print(f"  {label}: still running ({time.monotonic() - start:.0f} s)",
                   file=sys.stderr, flush=True)
@@ -562,7 +564,8 @@ def _scratch() -> Iterator[Path]:
     try:
         yield root
     except BaseException:  # KeyboardInterrupt, SystemExit from SIGTERM
-        shutil.rmtree(root, ignore_errors=True)
+        with held():  # a second Ctrl-C waits until the folder is gone
+            shutil.rmtree(root, ignore_errors=True)
         raise
     finally:
         tempfile.tempdir = before

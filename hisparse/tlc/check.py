@@ -23,6 +23,7 @@ from hisparse.tlc.errors import ModelError
 from hisparse.tlc.output import TEMPORAL, Verdict, worst
 from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, run_tlc
+from hisparse.tlc.signals import held
 
 # tp / tpshared: two tensor-parallel ranks, private host pools / one shared pool
 MODELS = ("small", "ci", "deep", "tp", "tpshared")
@@ -248,7 +249,8 @@ def check_model(
                     s.per_property(files.module, files.live.read_text())
     except BaseException:  # Ctrl-C, SIGTERM, errors: leave no scratch folder behind
         if not keep:
-            shutil.rmtree(s.root, ignore_errors=True)
+            with held():  # a second Ctrl-C waits until the folder is gone
+                shutil.rmtree(s.root, ignore_errors=True)
         raise
     result = worst([r.result for r in s.runs])
     reasons = [f"{r.cfg}: {r.reason}" for r in s.runs if r.result == result]

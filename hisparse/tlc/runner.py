@@ -7,32 +7,72 @@ collide on TLC's state files or on the standard modules it unpacks.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import contextlib
+import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hisparse.tlc.acquire import TlcInstall, ensure_tlc
+from hisparse.tlc.errors import TlcError
+from hisparse.tlc.launch import GO as GO_BYTES
 from hisparse.tlc.output import TlcOutput, parse_output
 from hisparse.tlc.paths import tla_dir as default_tla_dir
+from hisparse.tlc.signals import hold, release
 
 JVM_ARGS = ("-XX:+UseParallelGC", "-Xss4m")
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: a killed hisparse must not leave TLC running (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+# Started with SIGINT/SIGTERM held; it sets the death signal and execs the JVM.
+LAUNCHER = Path(__file__).with_name("launch.py")
+GO = GO_BYTES.decode()  # (stdin is text, like stdout)
+
+
+def _launched(cmd: list[str]) -> list[str]:
+    """``cmd`` behind the launcher: a killed hisparse must not leave TLC running (Linux),
+    with no Python code run between fork and exec (see ``launch``)."""
+    return [sys.executable, "-I", "-S", str(LAUNCHER), str(os.getpid()), *cmd]
+
+
+class TlcStopped(TlcError):
+    """A TLC run was not started: its ``TlcRuns`` was stopped by an interrupt."""
+
+
+class TlcRuns:
+    """The TLC runs started for one caller, stopped together on an interrupt: runs in
+    helper threads (``check --trace``), which the main thread's KeyboardInterrupt does
+    not reach, would otherwise run to their end while the executor waits for them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[subprocess.Popen[str]] = set()
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Kill every live run; every later ``run_tlc`` with these runs raises TlcStopped."""
+        with self._lock:
+            self._stopped = True
+            live = list(self._live)
+        for proc in live:
+            proc.kill()
+
+    def add(self, proc: subprocess.Popen[str]) -> bool:
+        """Track ``proc``; False (it must be killed) once stopped."""
+        with self._lock:
+            if self._stopped:
+                return False
+            self._live.add(proc)
+            return True
+
+    def discard(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._live.discard(proc)
 
 
 @dataclass
@@ -69,12 +109,16 @@ def run_tlc(
     tla_dir: Path | None = None,
     install: TlcInstall | None = None,
     echo: bool = False,
+    runs: TlcRuns | None = None,
 ) -> TlcResult:
     """Check ``module`` against ``cfg`` with TLC.
 
     A fresh directory is made under ``workdir`` (or the system temp dir); the TLA+ sources
     from ``tla_dir`` are copied in, then ``module`` and ``cfg`` (which may be generated
-    elsewhere). With ``echo`` TLC output is streamed to stderr as it arrives.
+    elsewhere). With ``echo`` TLC output is streamed to stderr as it arrives. An
+    interrupt (SIGINT, SIGTERM) at any moment kills the JVM before it propagates: the
+    signals are held while the JVM starts, so one that comes then is raised only once
+    ``proc`` exists; ``runs`` (if given) can kill it from another thread.
     """
     install = install or ensure_tlc()
     src = tla_dir or default_tla_dir()
@@ -105,31 +149,47 @@ def run_tlc(
     log_path = run_dir / "tlc.log"
     start = time.monotonic()
     lines: list[str] = []
-    with (
-        log_path.open("w") as log,
-        subprocess.Popen(
-            cmd,
-            cwd=run_dir,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            preexec_fn=_die_with_parent,
-        ) as proc,
-    ):
-        assert proc.stdout is not None
-        log.write("$ " + " ".join(cmd) + "\n")
+    with log_path.open("w", buffering=1) as log:  # line by line: `tail -f` shows progress
+        mask = hold()
         try:
-            for line in proc.stdout:
-                lines.append(line)
-                log.write(line)
-                if echo:
-                    sys.stderr.write(line)
-        except BaseException:  # Ctrl-C, SIGTERM, timeouts: stop TLC rather than wait for it
-            proc.kill()
+            proc = subprocess.Popen(
+                _launched(cmd),
+                cwd=run_dir,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+            )
+        except BaseException:
+            release(mask)
             raise
-        finally:
-            exit_code = proc.wait()
+        released = False
+        with proc:
+            assert proc.stdout is not None and proc.stdin is not None
+            try:
+                if runs is not None and not runs.add(proc):
+                    raise TlcStopped("interrupted: TLC was not started")
+                released = True
+                release(mask)  # a signal that came while the JVM started is raised here
+                with contextlib.suppress(BrokenPipeError):  # (its exit code will say why)
+                    proc.stdin.write(GO)  # the launcher may exec the JVM now
+                    proc.stdin.close()
+                log.write("$ " + " ".join(cmd) + "\n")
+                for line in proc.stdout:
+                    lines.append(line)
+                    log.write(line)
+                    if echo:
+                        sys.stderr.write(line)
+            except BaseException:  # Ctrl-C, SIGTERM, timeouts: stop TLC rather than wait for it
+                proc.kill()
+                raise
+            finally:
+                exit_code = proc.wait()  # (killed above on any exception: a short wait)
+                if runs is not None:
+                    runs.discard(proc)
+                if not released:
+                    release(mask)
     seconds = time.monotonic() - start
     # States can be gigabytes; the log and the sources are all we keep.
     shutil.rmtree(meta, ignore_errors=True)

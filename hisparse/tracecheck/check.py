@@ -26,7 +26,8 @@ from hisparse.tlc.acquire import TlcInstall, ensure_tlc
 from hisparse.tlc.errors import ModelError, TlcError
 from hisparse.tlc.output import DEADLOCK
 from hisparse.tlc.paths import tla_dir as default_tla_dir
-from hisparse.tlc.runner import TlcResult, run_tlc
+from hisparse.tlc.runner import TlcResult, TlcRuns, run_tlc
+from hisparse.tlc.signals import block_in_this_thread
 from hisparse.tracecheck import module as gen
 from hisparse.tracecheck.admit import HeaderLimits, header_problem
 from hisparse.tracecheck.errtrace import StopPoint, stop_point
@@ -126,6 +127,7 @@ class _Replay:
 
     def __init__(self, install: TlcInstall, tla: Path, invariants: list[str]) -> None:
         self.install, self.tla, self.invariants = install, tla, invariants
+        self.runs = TlcRuns()  # stopped together on an interrupt
         self.root = Path(tempfile.mkdtemp(prefix="hisparse-trace-"))
 
     def run(self, group: _Group, label: str, *, diagnose_at: int | None = None) -> TlcResult:
@@ -139,7 +141,9 @@ class _Replay:
             module.write_text(gen.module_text(group.traces, diagnose_at=diagnose_at))
         cfg = gen_dir / f"{gen.MODULE}.cfg"
         cfg.write_text(gen.cfg_text(self.invariants, diagnose=diagnose_at is not None))
-        return run_tlc(module, cfg, gen_dir, "auto", tla_dir=self.tla, install=self.install)
+        return run_tlc(
+            module, cfg, gen_dir, "auto", tla_dir=self.tla, install=self.install, runs=self.runs
+        )
 
     def stop(self, res: TlcResult, count: int) -> tuple[str, StopPoint]:
         """The first violation of a failed run and where it stopped, or TraceCheckError."""
@@ -256,8 +260,14 @@ def check_traces(
     invariants = cfgfile.invariants(source.read_text())
     replay = _Replay(install, tla, invariants)
     groups = _groups([p for p, _ in todo], [t for _, t in todo])
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        done = list(pool.map(lambda g: replay.check(g, max_runs), groups))
+    # Groups replay in helper threads, which never take SIGINT/SIGTERM: an interrupt
+    # reaches this thread, which kills every run (else the executor waits for them all).
+    with ThreadPoolExecutor(max_workers=max(1, jobs), initializer=block_in_this_thread) as pool:
+        try:
+            done = list(pool.map(lambda g: replay.check(g, max_runs), groups))
+        except BaseException:
+            replay.runs.stop()
+            raise
     by_path = {v.path: v for verdicts, _ in done for v in verdicts} | refused
     runs = [r for _, rs in done for r in rs]
     files = [by_path[str(Path(p))] for p in paths]
