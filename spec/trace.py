@@ -12,11 +12,12 @@ well-formed trace whose blocks, pages and keys all belong to its header.
 
 from __future__ import annotations
 
-import json
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Union
 
+import pydantic_core
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from hisparse.spec.catalogue import (
@@ -32,6 +33,8 @@ from hisparse.spec.catalogue import (
 )
 from hisparse.spec.state import SENTINELS
 from hisparse.spec.tracetypes import (
+    MAX_INT,
+    MAX_RANKS,
     BlockId,
     Data,
     Frozen,
@@ -44,6 +47,20 @@ from hisparse.spec.tracetypes import (
 )
 
 FORMAT: Final = "hisparse-trace/3"
+
+# A trace comes from outside: what reading one may cost is bounded before it is read.
+# Bytes of a whole file, checked before reading and again while reading (a FIFO or a
+# growing file has no honest size); a 64 MiB file is ~150k steps, past what TLC replays.
+MAX_TRACE_BYTES: Final = 64 << 20
+# Bytes of one line: a header of 2^20 pages fits (the admission limit of pages).
+MAX_LINE_BYTES: Final = 16 << 20
+# The JSON parser's own bounds (pydantic-core's): arrays and objects nested at most this
+# deep (a trace nests 6 deep), integers of at most this many digits (and every integer
+# field of the format is at most MAX_INT, 10 digits). Past either, a line is refused.
+JSON_MAX_NESTING: Final = 200
+JSON_MAX_INT_DIGITS: Final = 4300
+# The longest excerpt of outside text an error message quotes.
+MAX_QUOTE: Final = 200
 # Older formats this version refuses, each with what it lacked.
 OLD_FORMATS: dict[str, str] = {
     "hisparse-trace/1": "it recorded full post-states",
@@ -89,7 +106,7 @@ class TraceHeader(Frozen):
     host_blocks: int = Field(ge=1)
     host_pool_bytes: int = Field(ge=0)
     host_block_bytes: int = Field(ge=1)
-    ranks: int = Field(default=1, ge=1)
+    ranks: int = Field(default=1, ge=1, le=MAX_RANKS)
     backing: Literal["private", "shared"] = "private"
     writer: Rank = 0
     bug: Name = "none"
@@ -212,7 +229,7 @@ class TraceStep(Frozen):
     """One action of the run and what it changed in the variables it wrote."""
 
     kind: Literal["step"]
-    index: int = Field(ge=1)
+    index: int = Field(ge=1, le=MAX_INT)
     action: Action
     args: Args
     post: TracePost
@@ -273,7 +290,8 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
     if isinstance(a, TransferArgs | RankHostBlockArgs | RankArgs) and a.rank >= h.ranks:
         return f"rank {a.rank} out of range"
     loc_pages = [tuple(e[0]) for e in p.loc or []]
-    ranks = range(h.ranks)
+    ranks = range(h.ranks)  # (membership in a range: O(1), nothing built)
+    copiers = range(h.writer, h.writer + 1) if h.backing == "shared" else ranks
     per_rank = {
         name: getattr(p, name) or {}
         for name in ("down", "up", "copying", "waits", "reading", "wEnq", "wDone")
@@ -285,8 +303,8 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
         (not set(loc_pages) <= pages, "loc names an unknown page"),
         (_dup(loc_pages), "loc lists a page twice"),
         (p.prefix is not None and not set(p.prefix) <= keys, "prefix names an unknown key"),
-        (any(not set(v) <= set(ranks) for v in per_rank.values()), "names an unknown rank"),
-        (not set(host_data) <= set(h.copiers()), "hostData names a rank with no host pool"),
+        (any(r not in ranks for v in per_rank.values() for r in v), "names an unknown rank"),
+        (any(r not in copiers for r in host_data), "hostData names a rank with no host pool"),
         (any(_dup(list(d)) for d in per_rank["down"].values()), "down has duplicates"),
         (any(_dup(x) for x in per_rank["wEnq"].values()), "wEnq has duplicates"),
         (any(_dup(x) for x in per_rank["wDone"].values()), "wDone has duplicates"),
@@ -301,7 +319,7 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
             f"reading has {h.host_blocks} blocks",
         ),
         (
-            any(not set(sp.enq + sp.need) <= set(ranks) for sp in (p.spill or {}).values() if sp),
+            any(r not in ranks for sp in (p.spill or {}).values() if sp for r in sp.enq + sp.need),
             "spill names an unknown rank",
         ),
     ]
@@ -338,17 +356,63 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
 # --- files -------------------------------------------------------------------------------
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if line.strip():
-                yield number, line
+def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]:
+    """Non-blank lines, decoded; refuses a file or line past the limits before reading it."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TraceFormatError(path, 0, f"cannot read: {exc}") from exc
+    if size > max_bytes:
+        raise TraceFormatError(
+            path, 0, f"the file is {size} bytes, over the limit of {max_bytes} bytes"
+        )
+    read = 0
+    try:
+        with path.open("rb") as fh:
+            for number in itertools.count(1):
+                raw = fh.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    return
+                read += len(raw)
+                if read > max_bytes:
+                    raise TraceFormatError(
+                        path, number, f"the file is over the limit of {max_bytes} bytes"
+                    )
+                if len(raw) > MAX_LINE_BYTES:
+                    raise TraceFormatError(
+                        path, number, f"line longer than the limit of {MAX_LINE_BYTES} bytes"
+                    )
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise TraceFormatError(path, number, f"not UTF-8: {exc.reason}") from exc
+                if line.strip():
+                    yield number, line
+    except OSError as exc:
+        raise TraceFormatError(path, 0, f"cannot read: {exc}") from exc
+
+
+def _parse_json(path: Path, number: int, text: str) -> Any:
+    """One line as JSON, within the parser's nesting and digit bounds (no recursion
+    in Python, no quadratic integer conversion)."""
+    try:
+        return pydantic_core.from_json(text, allow_inf_nan=False)
+    except ValueError as exc:
+        why = str(exc)
+        if why.startswith("recursion limit exceeded"):
+            why = f"nested deeper than {JSON_MAX_NESTING} levels ({why})"
+        elif why.startswith("number out of range"):
+            why = f"an integer of more than {JSON_MAX_INT_DIGITS} digits ({why})"
+        raise TraceFormatError(path, number, f"not JSON: {why}"[:MAX_QUOTE + 40]) from exc
 
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(x) for x in err["loc"])
-    return f"{where}: {err['msg']}" if where else err["msg"]
+    text = f"{where}: {err['msg']}" if where else err["msg"]
+    if len(text) > MAX_QUOTE:  # a name or a key of the file can be long
+        text = text[:MAX_QUOTE] + "..."
+    return text
 
 
 def _check_version(path: Path, number: int, raw: Any) -> None:
@@ -362,23 +426,23 @@ def _check_version(path: Path, number: int, raw: Any) -> None:
         )
 
 
-def read_trace(path: Path | str) -> Trace:
-    """Parse and validate a JSON Lines trace; any defect raises ``TraceFormatError``."""
+def read_trace(path: Path | str, *, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
+    """Parse and validate a JSON Lines trace; any defect raises ``TraceFormatError``.
+
+    Bounded by the file, not by what it declares: a file over ``max_bytes`` is refused
+    before it is read, a line at a time is parsed (nesting and integers bounded), the
+    header's constants are checked before any step is (ranks at most ``MAX_RANKS``, every
+    integer at most ``MAX_INT``), and nothing is built from a declared size.
+    """
     path = Path(path)
     header: TraceHeader | None = None
     domain: HeaderDomain | None = None
     steps: list[TraceStep] = []
-    try:
-        lines = list(_lines(path))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(path, 0, f"cannot read: {exc}") from exc
-    for number, text in lines:
+    for number, text in _lines(path, max_bytes):
+        raw = _parse_json(path, number, text)
         try:
-            raw = json.loads(text)
             _check_version(path, number, raw)
             line = _LINE.validate_python(raw)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(path, number, f"not JSON: {exc.msg}") from exc
         except ValidationError as exc:
             raise TraceFormatError(path, number, _first_error(exc)) from exc
         if isinstance(line, TraceHeader):

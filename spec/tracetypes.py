@@ -8,11 +8,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 NAME_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+# The largest ID or count a trace may hold: TLC's integers are 32-bit. Every integer of
+# the format has this bound, so no integer of a trace costs more than a machine word.
+MAX_INT = 2**31 - 1
+# The most tensor-parallel ranks a trace may declare (the reader builds per-rank state).
+MAX_RANKS = 256
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
-BlockId = Annotated[int, Field(ge=0)]
-Rank = Annotated[int, Field(ge=0)]  # a tensor-parallel rank, 0-based
-Page = tuple[Name, Annotated[int, Field(ge=1)]]
+BlockId = Annotated[int, Field(ge=0, le=MAX_INT)]
+Rank = Annotated[int, Field(ge=0, lt=MAX_RANKS)]  # a tensor-parallel rank, 0-based
+Page = tuple[Name, Annotated[int, Field(ge=1, le=MAX_INT)]]
 Loc = tuple[Literal["gpu", "host"], BlockId]
 # Bytes held by a block: a key, "empty" or "garbage" (checked against the header).
 Data = Name
