@@ -46,7 +46,7 @@ from hisparse.tlc import (
     probe_version,
 )
 from hisparse.tlc.acquire import ARTIFACT
-from hisparse.tlc.signals import block_in_this_thread, held
+from hisparse.tlc.signals import Interrupted, block_in_this_thread, held
 from hisparse.tracecheck import TraceCheckResult, check_traces
 
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
@@ -587,6 +587,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hisparse: interrupted; temporary folders removed", file=sys.stderr)
         return 130
+    except Interrupted as exc:  # (seen first by a helper thread)
+        print("hisparse: interrupted; temporary folders removed", file=sys.stderr)
+        return 128 + exc.signum
     except BrokenPipeError:  # `hisparse ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

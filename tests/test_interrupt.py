@@ -7,6 +7,7 @@ the JVM was being started was lost before (the check then ran to its end)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -152,3 +153,21 @@ def test_interrupt_ends_a_trace_check_on_busy_cores(tmp_path: Path, busy_cores: 
     assert code == 130, (code, err)
     assert list(tmp.iterdir()) == [], f"left behind: {list(tmp.rglob('*'))[:5]}"
     assert jvms and not any(alive(j) for j in jvms), "TLC's JVM outlived the check"
+
+
+def test_a_swallowed_interrupt_still_kills_the_child_and_is_raised_again() -> None:
+    """Python drops an exception raised where it cannot raise (a ``__del__``, an at-fork
+    hook: how SIGINT was lost while the JVM started). The latch kills the child and
+    records the signal whatever happens to the exception, and raises it again."""
+    from hisparse.tlc.signals import LATCH, latched
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             text=True)
+    with pytest.raises(KeyboardInterrupt), latched():
+        LATCH.add(child)
+        with contextlib.suppress(KeyboardInterrupt):  # swallowed, as in a __del__
+            signal.raise_signal(signal.SIGINT)  # the handler runs here
+        assert child.wait(timeout=BOUND) == -signal.SIGKILL  # killed all the same
+        LATCH.discard(child)
+    assert LATCH.signum is None  # raised again, then cleared
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

@@ -23,7 +23,7 @@ from hisparse.tlc.errors import ModelError
 from hisparse.tlc.output import TEMPORAL, Verdict, worst
 from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, run_tlc
-from hisparse.tlc.signals import held
+from hisparse.tlc.signals import held, latched
 
 # tp / tpshared: two tensor-parallel ranks, private host pools / one shared pool
 MODELS = ("small", "ci", "deep", "tp", "tpshared")
@@ -239,14 +239,15 @@ def check_model(
     bug = get_bug(inject) if inject else None
     s = _Session(model, install, workers, echo, tla, progress)
     try:
-        if bug is not None:
-            _plan_injection(s, files, model, bug)
-        else:
-            s.run(files.module, files.safety)
-            if files.live is not None:
-                live = s.run(files.module, files.live)
-                if TEMPORAL in live.violated:
-                    s.per_property(files.module, files.live.read_text())
+        with latched():  # no interrupt is lost between TLC runs either
+            if bug is not None:
+                _plan_injection(s, files, model, bug)
+            else:
+                s.run(files.module, files.safety)
+                if files.live is not None:
+                    live = s.run(files.module, files.live)
+                    if TEMPORAL in live.violated:
+                        s.per_property(files.module, files.live.read_text())
     except BaseException:  # Ctrl-C, SIGTERM, errors: leave no scratch folder behind
         if not keep:
             with held():  # a second Ctrl-C waits until the folder is gone

@@ -24,7 +24,7 @@ from hisparse.tlc.errors import TlcError
 from hisparse.tlc.launch import GO as GO_BYTES
 from hisparse.tlc.output import TlcOutput, parse_output
 from hisparse.tlc.paths import tla_dir as default_tla_dir
-from hisparse.tlc.signals import hold, release
+from hisparse.tlc.signals import LATCH, hold, latched, raise_pending, release
 
 JVM_ARGS = ("-XX:+UseParallelGC", "-Xss4m")
 
@@ -149,7 +149,8 @@ def run_tlc(
     log_path = run_dir / "tlc.log"
     start = time.monotonic()
     lines: list[str] = []
-    with log_path.open("w", buffering=1) as log:  # line by line: `tail -f` shows progress
+    with latched(), log_path.open("w", buffering=1) as log:  # line by line: `tail -f`
+        raise_pending()  # an interrupt that something swallowed: no new JVM
         mask = hold()
         try:
             proc = subprocess.Popen(
@@ -164,6 +165,7 @@ def run_tlc(
         except BaseException:
             release(mask)
             raise
+        LATCH.add(proc)  # a SIGINT or SIGTERM kills it, wherever its handler runs
         released = False
         with proc:
             assert proc.stdout is not None and proc.stdin is not None
@@ -172,6 +174,7 @@ def run_tlc(
                     raise TlcStopped("interrupted: TLC was not started")
                 released = True
                 release(mask)  # a signal that came while the JVM started is raised here
+                raise_pending()
                 with contextlib.suppress(BrokenPipeError):  # (its exit code will say why)
                     proc.stdin.write(GO)  # the launcher may exec the JVM now
                     proc.stdin.close()
@@ -181,11 +184,13 @@ def run_tlc(
                     log.write(line)
                     if echo:
                         sys.stderr.write(line)
+                raise_pending()  # killed by a signal whose exception was swallowed
             except BaseException:  # Ctrl-C, SIGTERM, timeouts: stop TLC rather than wait for it
                 proc.kill()
                 raise
             finally:
                 exit_code = proc.wait()  # (killed above on any exception: a short wait)
+                LATCH.discard(proc)
                 if runs is not None:
                     runs.discard(proc)
                 if not released:

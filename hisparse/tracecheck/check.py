@@ -27,7 +27,7 @@ from hisparse.tlc.errors import ModelError, TlcError
 from hisparse.tlc.output import DEADLOCK
 from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, TlcRuns, run_tlc
-from hisparse.tlc.signals import block_in_this_thread
+from hisparse.tlc.signals import block_in_this_thread, latched
 from hisparse.tracecheck import module as gen
 from hisparse.tracecheck.admit import HeaderLimits, header_problem
 from hisparse.tracecheck.errtrace import StopPoint, stop_point
@@ -262,7 +262,10 @@ def check_traces(
     groups = _groups([p for p, _ in todo], [t for _, t in todo])
     # Groups replay in helper threads, which never take SIGINT/SIGTERM: an interrupt
     # reaches this thread, which kills every run (else the executor waits for them all).
-    with ThreadPoolExecutor(max_workers=max(1, jobs), initializer=block_in_this_thread) as pool:
+    with (
+        latched(),
+        ThreadPoolExecutor(max_workers=max(1, jobs), initializer=block_in_this_thread) as pool,
+    ):
         try:
             done = list(pool.map(lambda g: replay.check(g, max_runs), groups))
         except BaseException:
