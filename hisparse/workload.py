@@ -13,18 +13,18 @@ figures depend only on the workload and the seed. Two sources:
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 
+from hisparse.jsonlines import read_json_lines
 from hisparse.spec.state import Key, RequestId
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id in the Mooncake traces
 STEP_MS = 30.0  # trace time one decode step stands for, before compression
 WORKLOADS = ("synthetic", "mooncake")
+MAX_FIELD = 2**53  # a trace's numbers must be exact as floats (times are divided)
 
 
 class WorkloadError(ValueError):
@@ -87,8 +87,11 @@ def _field(doc: object, name: str, where: str) -> int:
     if not isinstance(doc, dict) or name not in doc:
         raise WorkloadError(f"{where}: missing field {name!r}")
     value = doc[name]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise WorkloadError(f"{where}: {name} must be a non-negative integer, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_FIELD:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise WorkloadError(
+            f"{where}: {name} must be a non-negative integer of at most 2^53, got {shown}"
+        )
     return value
 
 
@@ -104,27 +107,18 @@ def mooncake(path: Path, shape: MooncakeShape) -> list[Arrival]:
             f"block_tokens={shape.block_tokens} does not divide the trace's "
             f"{MOONCAKE_BLOCK_TOKENS}-token hash blocks: use 16, 32, 64, 128, 256 or 512"
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read Mooncake trace {path}: {exc.strerror}") from exc
     per_hash = MOONCAKE_BLOCK_TOKENS // shape.block_tokens
     ms_per_step = STEP_MS * shape.time_compression
     out: list[Arrival] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if len(out) >= shape.requests:
-            break
-        if not line.strip():
-            continue
+    last_step, lines = 0, read_json_lines(path, WorkloadError)
+    for n, doc in lines:
         where = f"{path}:{n}"
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{where}: not JSON ({exc.msg})") from exc
         ts, tokens = _field(doc, "timestamp", where), _field(doc, "input_length", where)
         decode = _field(doc, "output_length", where)
         hashes = doc.get("hash_ids")
-        if not isinstance(hashes, list) or not all(isinstance(h, int) for h in hashes):
+        if not isinstance(hashes, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in hashes
+        ):
             raise WorkloadError(f"{where}: hash_ids must be a list of integers")
         pages = math.ceil(tokens / shape.block_tokens)
         if pages == 0:
@@ -137,9 +131,13 @@ def mooncake(path: Path, shape: MooncakeShape) -> list[Arrival]:
         keys = tuple(f"m{hashes[j // per_hash]}:{j % per_hash}" for j in range(pages))
         if shape.max_decode is not None:
             decode = min(decode, shape.max_decode)
-        out.append(Arrival(int(ts / ms_per_step), f"mc{len(out)}", keys, max(1, decode)))
+        step = int(ts / ms_per_step)
+        if step < last_step:
+            raise WorkloadError(f"{where}: timestamps are not in arrival order")
+        last_step = step
+        out.append(Arrival(step, f"mc{len(out)}", keys, max(1, decode)))
+        if len(out) >= shape.requests:
+            break  # (the lines after it are never read)
     if not out:
         raise WorkloadError(f"{path}: no request in the trace")
-    if any(b.step < a.step for a, b in pairwise(out)):
-        raise WorkloadError(f"{path}: timestamps are not in arrival order")
     return out

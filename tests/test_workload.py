@@ -3,6 +3,8 @@ at fault, and a replay runs through the whole system cleanly with prefix sharing
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,6 +50,17 @@ def test_mooncake_pages_share_keys_exactly_when_hash_blocks_match() -> None:
          "fewer than input_length 600"),
         ('{"timestamp": 0, "input_length": 6, "output_length": 3, "hash_ids": "x"}',
          "hash_ids must be a list"),
+        ('{"timestamp": 0, "input_length": 6, "output_length": 3, "hash_ids": [true]}',
+         "hash_ids must be a list of integers"),
+        # hostile lines: each a one-line WorkloadError, no ValueError/RecursionError/...
+        ('{"timestamp": ' + "9" * 5000 + "}", "not JSON .*number out of range"),
+        ("[" * 100_000, "not JSON .*recursion limit exceeded"),
+        ('{"timestamp": 0, "input_length": ' + "9" * 4000
+         + ', "output_length": 3, "hash_ids": [1]}', "input_length must be a non-negative"),
+        ('{"timestamp": ' + "9" * 300 + ', "input_length": 6, "output_length": 3, '
+         '"hash_ids": [1]}', "timestamp must be a non-negative integer of at most 2"),
+        ('{"timestamp": 0, "input_length": 6', "not JSON .*EOF"),
+        ("[1, 2]", "missing field 'timestamp'"),
     ],
 )
 def test_bad_trace_line_names_the_line(tmp_path: Path, line: str, message: str) -> None:
@@ -56,6 +69,49 @@ def test_bad_trace_line_names_the_line(tmp_path: Path, line: str, message: str) 
                     + line + "\n")
     with pytest.raises(WorkloadError, match=f"t.jsonl:2: .*{message}"):
         mooncake(path, MooncakeShape(10, 1.0, 64))
+
+
+def test_a_line_not_utf8_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"timestamp": 0, "input_length": 10, "output_length": 1, '
+                     b'"hash_ids": [0]}\n\xff\xfe\n')
+    with pytest.raises(WorkloadError, match=r"t\.jsonl:2: not UTF-8"):
+        mooncake(path, MooncakeShape(10, 1.0, 64))
+
+
+def test_lines_after_the_requests_taken_are_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n'
+                    + "[" * 100_000 + "\n")
+    assert len(mooncake(path, MooncakeShape(1, 1.0, 64))) == 1
+    with pytest.raises(WorkloadError, match=r"t\.jsonl:2: not JSON"):
+        mooncake(path, MooncakeShape(2, 1.0, 64))
+
+
+def test_malformed_workload_exits_2_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n'
+                    '{"timestamp": ' + "9" * 5000 + "}\n")
+    proc = subprocess.run([sys.executable, "-m", "hisparse", "simulate", "--workload",
+                           "mooncake", str(path), "--no-progress"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("hisparse") and f"{path}:2: not JSON" in line, line
+
+
+def test_engine_trace_rows_name_the_bad_line(tmp_path: Path) -> None:
+    from hisparse.engine.config import EngineConfigError
+    from hisparse.engine.workload import _read_trace
+
+    path = tmp_path / "t.jsonl"
+    for bad, words in (("[" * 100_000, "not JSON"), ('{"input_length": 1}', "output_length"),
+                       ('{"input_length": 1, "output_length": 2, "hash_ids": [1.5]}',
+                        "hash_ids")):
+        path.write_text('{"input_length": 1, "output_length": 2, "hash_ids": [0]}\n'
+                        + bad + "\n")
+        with pytest.raises(EngineConfigError, match=f"t.jsonl:2: .*{words}"):
+            list(_read_trace(path))
 
 
 def test_trace_shape_errors(tmp_path: Path) -> None:

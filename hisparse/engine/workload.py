@@ -10,7 +10,6 @@ its block: two pages have one key only when everything before them is equal too.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.engine.config import EngineConfigError, EngineShape
+from hisparse.jsonlines import read_json_lines
 
 TRACE_BLOCK_TOKENS = 512
 """Prompt tokens per hash id in the Mooncake trace."""
@@ -144,9 +144,19 @@ def synthetic_requests(
 
 
 def _read_trace(path: Path) -> Iterator[dict[str, Any]]:
+    """The trace's rows; a malformed line raises EngineConfigError naming its number."""
     if not path.is_file():
         raise EngineConfigError(f"the Mooncake trace is not at {path}")
-    with path.open() as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+    for n, row in read_json_lines(path, EngineConfigError):
+        if not isinstance(row, dict):
+            raise EngineConfigError(f"{path}:{n}: a row must be a JSON object")
+        for name in ("input_length", "output_length"):
+            value = row.get(name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 2**53:
+                raise EngineConfigError(f"{path}:{n}: {name} must be an integer in 0..2^53")
+        hashes = row.get("hash_ids")
+        if not isinstance(hashes, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in hashes
+        ):
+            raise EngineConfigError(f"{path}:{n}: hash_ids must be a list of integers")
+        yield row
