@@ -18,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 from hisparse.spec.errors import ProtocolError
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
+    MAX_MESSAGE_BYTES,
     WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
@@ -37,8 +38,17 @@ class MalformedMetadata(ProtocolError):
     """Bytes from the other side failed validation; nothing was applied."""
 
 
+class OversizedMetadata(MalformedMetadata):
+    """Bytes from the other side are longer than ``MAX_MESSAGE_BYTES``: refused unparsed."""
+
+
 def _decode(adapter: TypeAdapter[M], raw: bytes, what: str) -> M:
-    """Validate bytes from the other process once; a failure applies nothing."""
+    """Validate bytes from the other process once; a failure applies nothing. The size
+    is checked first, so parsing costs at most ``MAX_MESSAGE_BYTES`` of input."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise OversizedMetadata(
+            f"{what}: {len(raw)} bytes, over the limit of {MAX_MESSAGE_BYTES} bytes"
+        )
     try:
         return adapter.validate_json(raw)
     except ValidationError as exc:

@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 from hisparse.blockpool import KVCacheManager
 from hisparse.config import HiSparseConfig
+from hisparse.msgshape import id_tuple
 from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownRank, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import (
@@ -353,7 +354,9 @@ class HiSparseCoordinator:
         w = meta.rank
         if not (type(w) is int and 0 <= w < self.ranks):
             raise UnknownRank(w, self.ranks)
-        enq, done = tuple(meta.enqueued), tuple(meta.completed)
+        # (exact ints: a model_construct'ed meta may hold anything where the IDs go)
+        enq = id_tuple(meta.enqueued, "worker meta enqueued")
+        done = id_tuple(meta.completed, "worker meta completed")
         if not enq and not done:
             return
         m, s = self.machine, self.machine.state

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from hisparse.config import HiSparseConfig
 from hisparse.executor.base import CachePools, Executor, ResolveBatch, Resolved, ResolveResult
+from hisparse.msgshape import connector_metadata_problem
 from hisparse.spec.messages import HiSparseConnectorMetadata
 from hisparse.spec.state import Loc, RequestId
 
@@ -160,6 +161,8 @@ class HiSparseWorker:
 
         Everything is checked first, so a bad command changes nothing.
         """
+        if (why := connector_metadata_problem(meta)) is not None:  # (model_construct)
+            raise WorkerError(f"malformed connector metadata: {why}")
         spec = self.layout
         transfers = meta.transfers
         if any(t.ranks is not None for t in transfers):  # some are not for every rank

@@ -72,3 +72,8 @@ class IllegalTransition(ProtocolError):
         self.machine = machine
         self.state = state
         self.trigger = trigger
+
+
+class MalformedMessage(ProtocolError):
+    """A message built without validation (``model_construct``) holds a value of the
+    wrong type where an ID goes; nothing was applied."""

@@ -13,6 +13,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 BlockId = int
+# The most bytes one message may have when it crosses a process boundary, checked
+# before it is parsed: ~150k transfers or replacements, far past one step's commands.
+MAX_MESSAGE_BYTES = 16 << 20
 W = TypeVar("W", bound="_Wire")
 _set = object.__setattr__
 _new = object.__new__

@@ -463,3 +463,87 @@ def test_connector_round_trip_through_bytes() -> None:
     assert meta is not None and meta.transfers == () and len(meta.replacements) == 1
     work.bind_connector_metadata(meta)
     assert w.tables.tables["a"] == [("host", c.state.transfer_dst[tid])]
+
+
+# --- messages built without validation, and oversized bytes ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("enq", "done"),
+    [(5, ()), ((), 3), ("0", ()), (None, ()), (([0],), ()), ((0.0,), ()), ((True,), ()),
+     ((), (False,)), ((0, "1"), ()), ((), ((0,),))],
+    ids=["int-ids", "int-done", "str-ids", "none-ids", "list-as-id", "float-id", "bool-id",
+         "bool-done", "str-id", "tuple-as-id"],
+)
+def test_worker_meta_of_wrong_types_is_refused_typed(enq: Any, done: Any) -> None:
+    """model_construct skips validation: an int where the IDs go, a list, float or bool as
+    an ID (``0.0`` and ``True`` equal a real transfer's ID) are the library's typed
+    refusal, with nothing changed; before, a bare TypeError or a float accepted."""
+    from hisparse.spec.errors import MalformedMessage
+
+    c = coordinator()
+    assert _open_spill(c) == 0
+    c.take_commands()
+    meta = HiSparseWorkerMeta.model_construct(enqueued=enq, completed=done)
+    refused(c, lambda: c.on_worker_meta(meta), MalformedMessage)
+    c.on_worker_meta(HiSparseWorkerMeta(enqueued=(0,), completed=(0,)))  # still works
+    assert c.state.open_spills == set()
+
+
+def _t(**kw: Any) -> SparseKVPageTransfer:
+    fields = {"transfer_id": 0, "src_gpu_block": 0, "dst_host_block": 0, "ranks": None, **kw}
+    return SparseKVPageTransfer.model_construct(**fields)
+
+
+def _rep(**kw: Any) -> BlockTableReplacement:
+    return BlockTableReplacement.model_construct(**{"request_id": "r", "page_index": 1,
+                                                    "host_block": 0, **kw})
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"transfers": 5}, {"transfers": ("x",)}, {"transfers": (_t(transfer_id=[0]),)},
+        {"transfers": (_t(transfer_id=0.0),)}, {"transfers": (_t(src_gpu_block=True),)},
+        {"transfers": (_t(dst_host_block="0"),)}, {"transfers": (_t(ranks=5),)},
+        {"transfers": (_t(ranks=(0.0,)),)}, {"replacements": 5},
+        {"replacements": (_rep(request_id=5),)}, {"replacements": (_rep(page_index=1.0),)},
+        {"replacements": (_rep(host_block=None),)}, {"replacements": (_t(),)},
+    ],
+    ids=["int-transfers", "str-transfer", "list-id", "float-id", "bool-src", "str-dst",
+         "int-ranks", "float-rank", "int-replacements", "int-request", "float-page",
+         "none-host", "transfer-as-replacement"],
+)
+def test_connector_metadata_of_wrong_types_is_refused_by_the_worker(fields: dict[str, Any]) -> None:
+    """The same on the worker side: a WorkerError, no copy enqueued, no table changed."""
+    w = worker()
+    w.tables.tables["r"] = [("gpu", 0)]  # a live request, so a replacement would apply
+    meta = HiSparseConnectorMetadata.model_construct(**{"transfers": (), "replacements": (),
+                                                        **fields})
+    wrefused(w, lambda: w.apply(meta))
+    conn = HiSparseConnector(KVConnectorRole.WORKER, worker=w)
+    wrefused(w, lambda: conn.bind_connector_metadata(meta))
+
+
+def test_oversized_message_bytes_are_refused_before_parsing() -> None:
+    """Past MAX_MESSAGE_BYTES, bytes are refused by size (not parsed: invalid JSON of
+    that size gets the size refusal); at the limit, a valid message still passes."""
+    from hisparse.connector import OversizedMetadata
+    from hisparse.spec.messages import MAX_MESSAGE_BYTES
+
+    big = b"[" * (MAX_MESSAGE_BYTES + 1)
+    c = coordinator()
+    _open_spill(c)
+    sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=c)
+    refused(c, lambda: sched.update_connector_output(big), OversizedMetadata)
+    w = worker()
+    conn = HiSparseConnector(KVConnectorRole.WORKER, worker=w)
+    before = wsnap(w)
+    with pytest.raises(OversizedMetadata, match=f"over the limit of {MAX_MESSAGE_BYTES}"):
+        conn.bind_connector_metadata(big)
+    assert wsnap(w) == before
+    padded = b"{}" + b" " * (MAX_MESSAGE_BYTES - 2)  # exactly the limit: parsed
+    conn.bind_connector_metadata(padded)
+    with pytest.raises(MalformedMetadata) as exc:  # one byte less than over, not JSON
+        conn.bind_connector_metadata(b"[" * MAX_MESSAGE_BYTES)
+    assert not isinstance(exc.value, OversizedMetadata)

@@ -131,6 +131,6 @@ def test_interrupted_check_removes_its_temp_folders(tmp_path: Path, sig: int) ->
         time.sleep(0.2)
     time.sleep(1.0)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, (proc.returncode, err, out)
     assert list(tmp.iterdir()) == [], f"left behind: {list(tmp.rglob('*'))[:5]}"

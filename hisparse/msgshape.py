@@ -1,0 +1,78 @@
+"""Shape checks for messages that skipped validation (``model_construct``).
+
+Bytes are validated by the adapters; an object handed over in process may have been
+built with ``model_construct``, which checks nothing: an ``int`` where the ID tuple
+goes, a list or a float or a bool as an ID. Exact types are required here (``True``
+and ``1.0`` compare equal to ``1`` and would pass for transfer 1), before anything
+else reads the message. Cost: O(the message's IDs).
+"""
+
+from __future__ import annotations
+
+from typing import TypeGuard
+
+from hisparse.spec.errors import MalformedMessage
+from hisparse.spec.messages import (
+    BlockTableReplacement,
+    HiSparseConnectorMetadata,
+    SparseKVPageTransfer,
+)
+
+_MISSING = object()
+_SHOWN = 40  # the longest repr of a bad value quoted in a message
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    text = text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _is_seq(value: object) -> TypeGuard[tuple[object, ...] | list[object]]:
+    return type(value) is tuple or type(value) is list
+
+
+def id_tuple(value: object, what: str) -> tuple[int, ...]:
+    """``value`` as a tuple of IDs (exact ints); MalformedMessage otherwise."""
+    if not _is_seq(value):
+        raise MalformedMessage(f"{what} must be a tuple of IDs, got {_shown(value)}")
+    ids: list[int] = []
+    for x in value:
+        if type(x) is not int:
+            raise MalformedMessage(f"{what} holds {_shown(x)}, not an integer ID")
+        ids.append(x)
+    return tuple(ids)
+
+
+def connector_metadata_problem(meta: object) -> str | None:
+    """Why ``meta`` is not a well-typed connector metadata, or None."""
+    if not isinstance(meta, HiSparseConnectorMetadata):
+        return f"not a HiSparseConnectorMetadata: {_shown(meta)}"
+    transfers = getattr(meta, "transfers", _MISSING)
+    replacements = getattr(meta, "replacements", _MISSING)
+    for name, items, cls in (
+        ("transfers", transfers, SparseKVPageTransfer),
+        ("replacements", replacements, BlockTableReplacement),
+    ):
+        if not _is_seq(items):
+            return f"{name} must be a tuple, got {_shown(items)}"
+        for item in items:
+            if not isinstance(item, cls):
+                return f"{name} holds {_shown(item)}, not a {cls.__name__}"
+    for t in meta.transfers:
+        for field in ("transfer_id", "src_gpu_block", "dst_host_block"):
+            value = getattr(t, field, _MISSING)
+            if type(value) is not int:
+                return f"transfer {field} is {_shown(value)}, not an int"
+        ranks = getattr(t, "ranks", _MISSING)
+        if ranks is not None and not (_is_seq(ranks) and all(type(r) is int for r in ranks)):
+            return f"transfer ranks is {_shown(ranks)}, not None or a tuple of ints"
+    for r in meta.replacements:
+        rid = getattr(r, "request_id", _MISSING)
+        if type(rid) is not str:
+            return f"replacement request_id is {_shown(rid)}, not a str"
+        for field in ("page_index", "host_block"):
+            value = getattr(r, field, _MISSING)
+            if type(value) is not int:
+                return f"replacement {field} is {_shown(value)}, not an int"
+    return None
