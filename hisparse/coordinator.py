@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 from hisparse.blockpool import KVCacheManager
 from hisparse.config import HiSparseConfig
-from hisparse.msgshape import id_tuple
+from hisparse.msgshape import worker_meta_ids
 from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownRank, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import (
@@ -354,9 +354,9 @@ class HiSparseCoordinator:
         w = meta.rank
         if not (type(w) is int and 0 <= w < self.ranks):
             raise UnknownRank(w, self.ranks)
-        # (exact ints: a model_construct'ed meta may hold anything where the IDs go)
-        enq = id_tuple(meta.enqueued, "worker meta enqueued")
-        done = id_tuple(meta.completed, "worker meta completed")
+        # exact ints: a model_construct'ed meta may hold anything where the IDs go (read
+        # there, not here, where mypyc would check the declared tuple type first)
+        enq, done = worker_meta_ids(meta)
         if not enq and not done:
             return
         m, s = self.machine, self.machine.state

@@ -15,6 +15,7 @@ from hisparse.spec.errors import MalformedMessage
 from hisparse.spec.messages import (
     BlockTableReplacement,
     HiSparseConnectorMetadata,
+    HiSparseWorkerMeta,
     SparseKVPageTransfer,
 )
 
@@ -42,6 +43,15 @@ def id_tuple(value: object, what: str) -> tuple[int, ...]:
             raise MalformedMessage(f"{what} holds {_shown(x)}, not an integer ID")
         ids.append(x)
     return tuple(ids)
+
+
+def worker_meta_ids(meta: HiSparseWorkerMeta) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A worker meta's (enqueued, completed) IDs, exact ints; MalformedMessage otherwise.
+    (An interpreted module: compiled code would check the declared types first.)"""
+    return (
+        id_tuple(getattr(meta, "enqueued", None), "worker meta enqueued"),
+        id_tuple(getattr(meta, "completed", None), "worker meta completed"),
+    )
 
 
 def connector_metadata_problem(meta: object) -> str | None:
