@@ -112,7 +112,9 @@ def result_lines(doc: Doc) -> list[str]:
         f"{_pct(r['gpu_occupancy_peak'])}; host pool mean {_pct(r['host_occupancy_mean'])}, "
         f"peak {_pct(r['host_occupancy_peak'])}",
         f"checks       {checks}; {doc['violations']:,} violations, "
-        f"{doc['data_mismatches']:,} data mismatches (every returned row compared)",
+        + ("no bytes held (accounting executor): rows not compared"
+           if doc["sizes"].get("executor") == "accounting" else
+           f"{doc['data_mismatches']:,} data mismatches (every returned row compared)"),
     ]
     if doc.get("worker_restarts"):
         out.append(
