@@ -57,9 +57,9 @@ def test_every_resolve_matches_the_reference(seed: int) -> None:
         try:
             want = ref.resolve(rp, batch)
         except HotCapacityError as exc:
-            with pytest.raises(HotCapacityError) as got:
+            with pytest.raises(HotCapacityError) as refused:
                 acc.resolve(ap, batch)
-            assert str(got.value) == str(exc)
+            assert str(refused.value) == str(exc)
         else:
             got = acc.resolve(ap, batch)
             assert np.array_equal(got.rows, want.rows)
