@@ -69,7 +69,8 @@ def table_lines(o: Doc, s: Doc) -> list[str]:
         f"pages ({s['prefix_hits']:,})",
         "checks       " + (f"invariants checked after every protocol action, "
                            f"{s['violations']:,} violations" if o["check"]
-                           else "invariant checks off (--no-check)")
+                           else "invariant checks off (the default with --model: each costs "
+                           "O(protocol state); --check-invariants turns them on)")
         + ("; accounting executor: no bytes held or compared" if o["executor"] == "accounting"
            else "; every returned row compared"),
     ]
