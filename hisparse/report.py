@@ -97,7 +97,9 @@ def result_lines(doc: Doc) -> list[str]:
         f"requests     {doc['requests']:,} arrived: {doc['finished']:,} finished, "
         f"{doc['aborted']:,} aborted, {doc['still_running']:,} still running at the end, "
         f"{doc['never_admitted']:,} never admitted ({doc['too_large']:,} larger than the GPU "
-        f"pool); {doc['not_arrived']:,} due after the last step",
+        f"pool" + (f", {doc['never_admitted'] - doc['too_large']:,} still waiting at the last "
+                   "step" if doc['never_admitted'] > doc['too_large'] else "")
+        + f"); {doc['not_arrived']:,} due after the last step",
         f"admissions   {doc['admissions_refused']:,} refused for want of GPU blocks "
         "(each started a reclaim)",
         f"top-K hits   {doc['resident_hits'] + doc['hot_hits'] + doc['misses']:,} lookups "
