@@ -85,8 +85,6 @@ class SimulateOptions:
     # host allocation that only rank 0 (the writer) copies into
     tp: int = 1
     backing: str = "private"  # or "shared"
-    # per layer, the layer whose indexer it follows; None: layer 1 follows layer 0
-    index_leaders: tuple[int, ...] | None = None
 
     @property
     def host_block_bytes(self) -> int:
@@ -224,7 +222,7 @@ class Simulation:
         self.o = opts
         self.arrivals = build_workload(opts) if arrivals is None else arrivals
         self.rng = random.Random(opts.seed)
-        leaders = opts.index_leaders or tuple(0 if i == 1 else i for i in range(opts.layers))
+        leaders = tuple(0 if i == 1 else i for i in range(opts.layers))
         self.config = HiSparseConfig(
             host_pool_blocks=opts.host_blocks,
             block_tokens=opts.block_tokens,

@@ -191,6 +191,8 @@ def test_sizing_replay_side_by_side_cli(tmp_path: Path,
     (["--workload", "mooncake", "--gpu-kv-gib", "100"], "needs both budgets"),
     (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
       "--top-k", "64"], "--top-k comes from --model"),
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--abort-rate", "0.1"], "drop --abort-rate"),
 ])
 def test_model_simulate_refuses_in_one_line(argv: list[str], message: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,3 +211,11 @@ def test_mooncake_defaults_admit_the_trace(tmp_path: Path) -> None:
     longest = max(len(a.page_keys) for a in build_workload(replace(
         simulate_options(tiny(), sizing_config(tiny())), block_tokens=32)))
     assert doc["gpu_blocks"] == max(56, 2 * longest)
+
+
+def test_simulate_without_flags_is_unchanged() -> None:
+    """The README's first command: the same options as before --model existed."""
+    from hisparse.simulate import SimulateOptions
+
+    args = cli.build_parser().parse_args(["simulate"])
+    assert cli._simulate_options(args) == SimulateOptions()

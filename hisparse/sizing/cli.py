@@ -74,9 +74,14 @@ def sizing_options(args: argparse.Namespace, defaults: dict[str, object]) -> Siz
             flag = "--" + name.replace("_", "-")
             raise argparse.ArgumentTypeError(
                 f"{flag} comes from --model {args.model} and the GiB budgets; drop it")
-    if args.tp != 1 or args.worker_restarts or args.worker_processes or args.speculative:
+    if (args.tp != 1 or args.worker_restarts or args.worker_processes or args.speculative
+            or args.backing != "private"):
+        raise argparse.ArgumentTypeError("--model runs one in-process worker with a private "
+                                         "host pool, without restarts or speculation")
+    if args.abort_rate is not None or args.metrics_port is not None:
         raise argparse.ArgumentTypeError(
-            "--model runs one in-process worker without restarts or speculation")
+            "--model replays the trace as it is (no aborts) and serves no metrics: drop "
+            "--abort-rate / --metrics-port")
     path = args.path if args.path is not None else Path(DEFAULT_MOONCAKE)
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"no such file: {path}")
