@@ -48,9 +48,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPU KV budget in GiB (sparse-MLA KV; HiSparse's hot rows come out "
                    "of it); with --model")
     m.add_argument("--step-ms", type=positive_float, default=DEFAULT_STEP_MS,
-                   help="engine decode step time for the PCIe GB/s figure (default: the H200 "
-                   "engine benchmark's HiSparse step, batch 128, 32k, 1%% drift, "
-                   "BENCHMARKS.md)")
+                   help="engine decode step time for the PCIe GB/s figure; the default is "
+                   "the H200 engine benchmark's HiSparse step at batch 128, 32k, 1%% drift "
+                   "(BENCHMARKS.md, a 2-layer model)")
     m.add_argument("--topk-drift", type=probability, default=DEFAULT_DRIFT,
                    help="with --model: fraction of a request's top-K moved to new random "
                    "positions per decode step")
