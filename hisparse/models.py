@@ -3,14 +3,16 @@
 ``--model NAME`` on ``hisparse simulate`` and ``hisparse plan`` reads these; nothing else
 restates them. Sources (each figure is from the model's published config unless said):
 
-- DeepSeek-V3.2 (``deepseek-ai/DeepSeek-V3.2-Exp`` ``config.json``): 61 layers
-  (``num_hidden_layers``), MLA ``kv_lora_rank`` 512 + ``qk_rope_head_dim`` 64,
+- DeepSeek-V3.2 (its published ``config.json``; checked here against the configs that
+  NVIDIA NeMo's ``DeepseekV32Config`` and Modular MAX's ``DeepseekV3_2Config`` publish):
+  61 layers (``num_hidden_layers``), MLA ``kv_lora_rank`` 512 + ``qk_rope_head_dim`` 64,
   ``index_topk`` 2048, ``index_head_dim`` 128, every layer owns its indexer. The FP8
   sparse-MLA row the engines page is 656 bytes (512 FP8 NoPE bytes, 4 FP32 scales = 16
   bytes, 64 BF16 RoPE values = 128 bytes); the indexer key is 128 FP8 bytes plus one FP32
   scale = 132 bytes per token per indexer layer; the sparse path pages 64-token blocks.
 - GLM-5.2 (``zai-org/GLM-5.2`` ``config.json`` ``indexer_types``, as llama.cpp's
-  ``src/models/glm-dsa.cpp`` ``GLM_5_2_DEFAULT_INDEXER_TYPES`` quotes it): 78 layers, a
+  ``src/models/glm-dsa.cpp`` ``GLM_5_2_DEFAULT_INDEXER_TYPES`` quotes it; the Hugging
+  Face file itself was not read here): 78 layers, a
   full indexer at layers 0, 1, 2 and every fourth layer from 6 to 74 (21 leaders); each
   other layer reuses the top-K of the last full layer before it. GLM-5 and GLM-5.1 have
   a full indexer on every layer (llama.cpp: "BC for GLM 5, 5.1 (full indexers)"), so
@@ -78,7 +80,7 @@ MODELS: dict[str, ModelGeometry] = {
         name="deepseek-v3.2", layers=61, row_bytes=MLA_FP8_ROW_BYTES, top_k=2048,
         block_tokens=64, index_leaders=tuple(range(61)),
         indexer_key_bytes=INDEXER_FP8_KEY_BYTES,
-        source="deepseek-ai/DeepSeek-V3.2-Exp config.json",
+        source="DeepSeek-V3.2 config.json, as NeMo and MAX publish it",
     ),
     "glm-5.2": ModelGeometry(
         name="glm-5.2", layers=78, row_bytes=MLA_FP8_ROW_BYTES, top_k=2048,

@@ -164,7 +164,7 @@ def run_model_simulate(args: argparse.Namespace, defaults: dict[str, object]) ->
     if args.plot is not None:
         plot(res.options, res.hisparse, res.disabled, args.plot)
         print(f"plot: {args.plot}")
-    return EXIT_OK if s["violations"] == 0 else EXIT_VIOLATION
+    return EXIT_OK if s["violations"] == 0 and s["data_mismatches"] == 0 else EXIT_VIOLATION
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:

@@ -225,5 +225,5 @@ def summary(res: SizingResult) -> dict[str, Any]:
         "host_blocks_peak": max(host, default=0), "host_blocks": on["host_blocks"],
         "host_occupancy_peak": on["rates"]["host_occupancy_peak"],
         "evictions": on["evictions"], "spills": on["spills"],
-        "violations": on["violations"],
+        "violations": on["violations"], "data_mismatches": on["data_mismatches"],
     }

@@ -72,7 +72,7 @@ def table_lines(o: Doc, s: Doc) -> list[str]:
                            else "invariant checks off (the default with --model: each costs "
                            "O(protocol state); --check-invariants turns them on)")
         + ("; accounting executor: no bytes held or compared" if o["executor"] == "accounting"
-           else "; every returned row compared"),
+           else f"; {s['data_mismatches']:,} data mismatches (every returned row compared)"),
     ]
     return out
 
