@@ -49,7 +49,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    "of it); with --model")
     m.add_argument("--step-ms", type=positive_float, default=DEFAULT_STEP_MS,
                    help="engine decode step time for the PCIe GB/s figure; the default is "
-                   "the H200 engine benchmark's HiSparse step at batch 128, 32k, 1%% drift "
+                   "the H200 engine benchmark's HiSparse step at batch 128, 32k, drift 0.01 "
                    "(BENCHMARKS.md, a 2-layer model)")
     m.add_argument("--topk-drift", type=probability, default=DEFAULT_DRIFT,
                    help="with --model: fraction of a request's top-K moved to new random "
