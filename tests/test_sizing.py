@@ -175,6 +175,8 @@ def test_sizing_replay_side_by_side_cli(tmp_path: Path,
     s = doc["summary"]
     assert s["hisparse"]["finished"] == s["disabled"]["finished"] == 12
     assert doc["options"]["executor"] == "accounting"
+    assert len(doc["series"]["hisparse.running"]) == s["hisparse"]["steps"]
+    assert len(doc["series"]["disabled.running"]) == s["disabled"]["steps"]
     # the block counts are HiSparseConfig's, derived once from the GiB budgets
     c = sizing_config(replace(tiny(), geometry=MODELS["deepseek-v3.2"], gpu_kv_gib=3,
                               host_gib=8, max_running=8))

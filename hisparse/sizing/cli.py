@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from hisparse.cliargs import csv_of, out_path, positive_float, positive_int, probability
 from hisparse.config import GIB
@@ -160,11 +161,23 @@ def run_model_simulate(args: argparse.Namespace, defaults: dict[str, object]) ->
     if args.json is not None:
         doc = {"options": res.options, "summary": s, "wall_s": wall, "cpu_s": cpu,
                "hisparse": res.hisparse, "disabled": res.disabled}
-        args.json.write_text(dumps(doc))
+        args.json.write_text(dumps(flat_series(doc)))
     if args.plot is not None:
         plot(res.options, res.hisparse, res.disabled, args.plot)
         print(f"plot: {args.plot}")
     return EXIT_OK if s["violations"] == 0 and s["data_mismatches"] == 0 else EXIT_VIOLATION
+
+
+def flat_series(doc: dict[str, Any]) -> dict[str, Any]:
+    """Both runs' per-step series under one top-level ``series`` (``hisparse.<name>``,
+    ``disabled.<name>``), which ``report.dumps`` writes one line each."""
+    out = {k: v for k, v in doc.items() if k not in ("hisparse", "disabled")}
+    series: dict[str, Any] = {}
+    for side in ("hisparse", "disabled"):
+        out[side] = {k: v for k, v in doc[side].items() if k != "series"}
+        series.update({f"{side}.{k}": v for k, v in doc[side]["series"].items()})
+    out["series"] = series
+    return out
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
