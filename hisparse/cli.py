@@ -326,8 +326,9 @@ def _register_simulate(sub: SubParsers) -> None:
                    help=f"the Mooncake trace (JSON Lines); default {DEFAULT_MOONCAKE}")
     w.add_argument("--requests", type=positive_int, default=d.requests,
                    help="synthetic: requests to generate; mooncake: the first N of the trace")
-    w.add_argument("--steps", type=positive_int, default=d.steps,
-                   help="at most this many decode steps (the run ends when all is done)")
+    w.add_argument("--steps", type=positive_int, default=None,
+                   help="at most this many decode steps (the run ends when all is done) "
+                   f"(default: {d.steps})")
     w.add_argument("--seed", type=nonneg_int, default=d.seed,
                    help="seed of the workload, top-K draws, aborts and ack timing")
     w.add_argument("--arrival-rate", type=positive_float, default=d.arrival_rate,
@@ -345,11 +346,13 @@ def _register_simulate(sub: SubParsers) -> None:
                    "and maybe that step's connector metadata); recovery through the "
                    "public API, invariants still checked (default: 0, none)")
     z = p.add_argument_group("sizes")
-    z.add_argument("--gpu-blocks", type=positive_int, default=d.gpu_blocks,
-                   help="GPU KV blocks in the pool")
+    z.add_argument("--gpu-blocks", type=positive_int, default=None,
+                   help=f"GPU KV blocks in the pool (default: {d.gpu_blocks}; mooncake: "
+                   "twice the longest request's pages, so the trace is admitted)")
     host = z.add_mutually_exclusive_group()
-    host.add_argument("--host-blocks", type=positive_int, default=d.host_blocks,
-                      help="host blocks in the pool")
+    host.add_argument("--host-blocks", type=positive_int, default=None,
+                      help=f"host blocks in the pool (default: {d.host_blocks}; mooncake: "
+                      "four times the GPU pool)")
     host.add_argument("--host-gib", type=positive_float, default=None,
                       help="host pool in GiB, rounded down to whole blocks (overrides "
                       "--host-blocks)")
@@ -361,13 +364,15 @@ def _register_simulate(sub: SubParsers) -> None:
                    help="positions attended per decode step")
     z.add_argument("--layers", type=positive_int, default=d.layers,
                    help="layers (layer 1 shares layer 0's indexer)")
-    z.add_argument("--max-running", type=positive_int, default=d.concurrency,
-                   help="requests decoding at once (hot-state slots)")
+    z.add_argument("--max-running", type=positive_int, default=None,
+                   help=f"requests decoding at once (hot-state slots) (default: {d.concurrency})")
     z.add_argument("--speculative", type=nonneg_int, default=d.num_speculative_tokens,
                    help="extra verification steps resolved per request per decode")
     r = p.add_argument_group("run and output")
-    r.add_argument("--executor", choices=EXECUTORS, default=d.executor,
-                   help="reference (NumPy, runs anywhere) or cuda (CuPy, NVIDIA GPU)")
+    r.add_argument("--executor", choices=EXECUTORS, default=None,
+                   help="reference (NumPy, runs anywhere), cuda (CuPy, NVIDIA GPU) or "
+                   "accounting (hot rows and LRU exactly, no bytes) (default: "
+                   f"{d.executor}; accounting with --model)")
     r.add_argument("--worker-processes", action="store_true",
                    help="run each worker in its own process: connector metadata, acks and "
                    "decode results cross a pipe as bytes (same report and trace)")
@@ -388,6 +393,9 @@ def _register_simulate(sub: SubParsers) -> None:
     r.add_argument("--metrics-port", type=port, default=None, metavar="PORT",
                    help="serve Prometheus metrics on 127.0.0.1:PORT during the run (0: any)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from hisparse.sizing.cli import add_model_arguments
+
+    add_model_arguments(p)
 
 
 def _simulate_options(args: argparse.Namespace) -> Any:
@@ -400,23 +408,38 @@ def _simulate_options(args: argparse.Namespace) -> Any:
     elif args.workload == "synthetic" and path is not None:
         raise argparse.ArgumentTypeError("PATH is only for --workload mooncake")
     d = SimulateOptions()
+    if args.gpu_kv_gib is not None:
+        raise argparse.ArgumentTypeError("--gpu-kv-gib sizes a --model's pools: add --model")
     block_bytes = args.block_tokens * args.row_bytes * args.layers
-    host_blocks = args.host_blocks
+    gpu_blocks, host_blocks = args.gpu_blocks, args.host_blocks
+    if args.workload == "mooncake" and (gpu_blocks is None or host_blocks is None):
+        from hisparse.simulate import build_workload
+        from hisparse.sizing.toy import admitting_pools
+
+        shape = SimulateOptions(workload="mooncake", workload_path=path, requests=args.requests,
+                                block_tokens=args.block_tokens, max_decode=args.max_decode)
+        gpu_default, host_default = admitting_pools(build_workload(shape))
+        gpu_blocks = gpu_default if gpu_blocks is None else gpu_blocks
+        host_blocks = host_default if host_blocks is None else host_blocks
+    gpu_blocks = d.gpu_blocks if gpu_blocks is None else gpu_blocks
+    host_blocks = d.host_blocks if host_blocks is None else host_blocks
     if args.host_gib is not None:
         host_blocks = blocks_in(args.host_gib, block_bytes)
         if host_blocks < 1:
             raise argparse.ArgumentTypeError(
                 f"--host-gib {args.host_gib} holds no whole {block_bytes}-byte host block")
     return SimulateOptions(
-        requests=args.requests, steps=args.steps, seed=args.seed, workload=args.workload,
+        requests=args.requests, steps=args.steps if args.steps is not None else d.steps,
+        seed=args.seed, workload=args.workload,
         workload_path=path, arrival_rate=args.arrival_rate,
         time_compression=args.time_compression, max_decode=args.max_decode,
         abort_rate=args.abort_rate if args.abort_rate is not None
         else d.abort_rate if args.workload == "synthetic" else 0.0,
-        gpu_blocks=args.gpu_blocks, host_blocks=host_blocks,
+        gpu_blocks=gpu_blocks, host_blocks=host_blocks,
         block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
-        layers=args.layers, concurrency=args.max_running, num_speculative_tokens=args.speculative,
-        executor=args.executor, check=not args.no_check, trace=args.trace,
+        layers=args.layers, num_speculative_tokens=args.speculative,
+        concurrency=args.max_running if args.max_running is not None else d.concurrency,
+        executor=args.executor or d.executor, check=not args.no_check, trace=args.trace,
         worker_restarts=args.worker_restarts, tp=args.tp, backing=args.backing,
         worker_processes=args.worker_processes or args.tp > 1,
     )
@@ -433,9 +456,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         plot,
         result_lines,
     )
-    from hisparse.simulate import Simulation, report_json
+    from hisparse.simulate import SimulateOptions, Simulation, report_json
     from hisparse.workload import WorkloadError
 
+    if args.model is not None:  # a sizing replay: HiSparse on and off, side by side
+        from hisparse.sizing.cli import run_model_simulate
+
+        d = SimulateOptions()
+        return run_model_simulate(args, {
+            "gpu_blocks": None, "host_blocks": None, "block_tokens": d.block_tokens,
+            "row_bytes": d.row_bytes, "top_k": d.top_k, "layers": d.layers})
     metrics = None
     try:  # everything that can be refused is refused here, before the run
         opts = _simulate_options(args)
@@ -472,6 +502,27 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         plot(doc, args.plot)
         print(f"plot: {args.plot}")
     return EXIT_OK if rep.violations == 0 and rep.data_mismatches == 0 else EXIT_VIOLATION
+
+
+# --- plan --------------------------------------------------------------------------------
+
+
+def _register_plan(sub: SubParsers) -> None:
+    from hisparse.sizing.cli import add_plan_arguments
+
+    add_plan_arguments(_sub(
+        sub, "plan", "size HiSparse from a model's geometry and budgets alone (instant)",
+        description="From the model's published geometry, a GPU KV budget and a host pool: "
+        "the steady-state concurrency bound with and without HiSparse per context length, "
+        "the host pool that many requests need, and the minimum host blocks for the longest "
+        "context. Refuses (exit 2) a host pool above 95% of the machine's RAM or one that "
+        "cannot hold a single longest request."))
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from hisparse.sizing.cli import run_plan
+
+    return run_plan(args)
 
 
 # --- report ------------------------------------------------------------------------------
@@ -532,6 +583,7 @@ COMMANDS: dict[str, tuple[Callable[[SubParsers], None], Handler]] = {
     "setup": (_register_setup, _cmd_setup),
     "check": (_register_check, _cmd_check),
     "simulate": (_register_simulate, _cmd_simulate),
+    "plan": (_register_plan, _cmd_plan),
     "report": (_register_report, _cmd_report),
     "bench": (_register_bench, _cmd_bench),
     "docs": (_register_docs, _cmd_docs),

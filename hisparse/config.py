@@ -58,6 +58,10 @@ class HiSparseConfig(BaseModel):
     index_leaders: tuple[int, ...] | None = Field(
         default=None, description="per layer, the layer owning its indexer; None = all own"
     )
+    # a GPU KV budget (GiB) instead of a block count: ``gpu_blocks`` derives the resident
+    # blocks left once ``hot_slots`` requests' hot rows (every layer) are reserved
+    gpu_kv_gib: float | None = Field(default=None, gt=0)
+    hot_slots: int = Field(default=1, ge=1, description="requests holding hot rows at once")
 
     @model_validator(mode="after")
     def _check(self) -> HiSparseConfig:
@@ -73,6 +77,12 @@ class HiSparseConfig(BaseModel):
             raise ValueError(
                 f"host_pool_gib={self.host_pool_gib} holds no whole host block of "
                 f"{self.host_block_bytes} bytes: raise host_pool_gib"
+            )
+        if self.gpu_kv_gib is not None and self.gpu_blocks < 1:
+            raise ValueError(
+                f"gpu_kv_gib={self.gpu_kv_gib} holds no whole GPU block once "
+                f"{self.hot_slots} requests' hot rows ({self.hot_bytes / GIB:.2f} GiB each) "
+                "are reserved: raise gpu_kv_gib or lower the running requests"
             )
         leaders = self.index_leaders
         if leaders is not None:
@@ -114,6 +124,29 @@ class HiSparseConfig(BaseModel):
             return self.host_pool_blocks
         assert self.host_pool_gib is not None  # exactly one is given (checked above)
         return blocks_in(self.host_pool_gib, self.host_block_bytes)
+
+    @property
+    def hot_bytes(self) -> int:
+        """GPU bytes of one request's hot rows over every layer."""
+        return self.hot * self.row_bytes * self.layers
+
+    @property
+    def gpu_blocks(self) -> int:
+        """Resident GPU blocks of the ``gpu_kv_gib`` budget after the hot rows of
+        ``hot_slots`` requests: the one conversion from a GPU budget (needs the budget)."""
+        if self.gpu_kv_gib is None:
+            raise ValueError("gpu_blocks needs gpu_kv_gib (a budget in GiB)")
+        return (int(self.gpu_kv_gib * GIB) - self.hot_slots * self.hot_bytes) // (
+            self.host_block_bytes
+        )
+
+    @property
+    def gpu_blocks_disabled(self) -> int:
+        """GPU blocks of the same budget with HiSparse disabled: no hot rows, every
+        page resident."""
+        if self.gpu_kv_gib is None:
+            raise ValueError("gpu_blocks_disabled needs gpu_kv_gib (a budget in GiB)")
+        return blocks_in(self.gpu_kv_gib, self.host_block_bytes)
 
     @property
     def host_pool_bytes(self) -> int:

@@ -114,6 +114,7 @@ class HiSparseCoordinator:
         self._host_free = list(range(self.machine.state.config.host_blocks))
         self._host_capacity = self.machine.state.config.host_capacity  # a frozen constant
         self.spills = 0
+        self.evictions = 0  # published host pages evicted to make room
         self.prefix_hits = 0
         self.retired = 0
 
@@ -244,6 +245,7 @@ class HiSparseCoordinator:
         victim = next(iter(lru))
         self.machine.EvictHost(victim)
         del lru[victim]
+        self.evictions += 1
         heapq.heappush(self._host_free, victim)
         return True
 

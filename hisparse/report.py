@@ -97,7 +97,9 @@ def result_lines(doc: Doc) -> list[str]:
         f"requests     {doc['requests']:,} arrived: {doc['finished']:,} finished, "
         f"{doc['aborted']:,} aborted, {doc['still_running']:,} still running at the end, "
         f"{doc['never_admitted']:,} never admitted ({doc['too_large']:,} larger than the GPU "
-        f"pool); {doc['not_arrived']:,} due after the last step",
+        f"pool" + (f", {doc['never_admitted'] - doc['too_large']:,} still waiting at the last "
+                   "step" if doc['never_admitted'] > doc['too_large'] else "")
+        + f"); {doc['not_arrived']:,} due after the last step",
         f"admissions   {doc['admissions_refused']:,} refused for want of GPU blocks "
         "(each started a reclaim)",
         f"top-K hits   {doc['resident_hits'] + doc['hot_hits'] + doc['misses']:,} lookups "
@@ -112,7 +114,9 @@ def result_lines(doc: Doc) -> list[str]:
         f"{_pct(r['gpu_occupancy_peak'])}; host pool mean {_pct(r['host_occupancy_mean'])}, "
         f"peak {_pct(r['host_occupancy_peak'])}",
         f"checks       {checks}; {doc['violations']:,} violations, "
-        f"{doc['data_mismatches']:,} data mismatches (every returned row compared)",
+        + ("no bytes held (accounting executor): rows not compared"
+           if doc["sizes"].get("executor") == "accounting" else
+           f"{doc['data_mismatches']:,} data mismatches (every returned row compared)"),
     ]
     if doc.get("worker_restarts"):
         out.append(

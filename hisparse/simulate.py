@@ -22,6 +22,7 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
+from hisparse.executor.accounting import AccountingExecutor
 from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
@@ -90,7 +91,7 @@ class SimulateOptions:
         return self.block_tokens * self.row_bytes * self.layers
 
 
-EXECUTORS = ("reference", "cuda")
+EXECUTORS = ("reference", "cuda", "accounting")
 BACKINGS = ("private", "shared")
 WRITER = 0  # with the shared backing, the rank that copies
 
@@ -100,6 +101,8 @@ def make_executor(name: str, config: HiSparseConfig, max_positions: int) -> Exec
     shaped by ``config``."""
     if name == "reference":
         return ReferenceExecutor()
+    if name == "accounting":  # residency, hot rows and LRU exactly; no bytes
+        return AccountingExecutor()
     if name == "cuda":
         from hisparse.executor.cuda import CudaExecutor
 
@@ -404,7 +407,7 @@ class Simulation:
         """Write the request's GPU-resident pages into every layer's resident rows."""
         b = self.o.block_tokens
         gpu = [(i, w[1]) for i, w in enumerate(table) if w[0] == "gpu"]
-        if not gpu:
+        if not gpu or self.o.executor == "accounting":  # no bytes to write or compare
             return
         pages = np.array([i for i, _ in gpu], np.int64)
         blocks = np.array([g for _, g in gpu], np.int64)
@@ -423,6 +426,8 @@ class Simulation:
 
     def _verify(self, result: DecodeRows, topk: dict[str, NDArray[np.int32]]) -> None:
         """Every resolved row holds the bytes written for its position (reads back)."""
+        if self.o.executor == "accounting":  # no bytes: nothing to compare
+            return
         b = self.o.block_tokens
         entries = [(r, t) for r, ts in topk.items() for t in np.atleast_2d(ts)]
         pos = np.stack([t for _, t in entries]).astype(np.int64)

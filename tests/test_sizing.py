@@ -1,0 +1,223 @@
+"""Sizing: model geometry, GPU blocks from a GiB budget, ``hisparse plan``'s answers and
+refusals, the HiSparse-disabled replay (no offload command, no empty table), and the
+sizing replay agreeing exactly between the accounting and the reference executor."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hisparse import cli
+from hisparse.config import GIB, HiSparseConfig
+from hisparse.models import MLA_FP8_ROW_BYTES, MODELS, ModelGeometry
+from hisparse.simulate import build_workload
+from hisparse.sizing import baseline
+from hisparse.sizing.plan import PlanRefused, plan
+from hisparse.sizing.replay import SizingOptions, run_sizing, simulate_options, sizing_config
+from hisparse.spec import messages
+
+TRACE = Path(__file__).parent / "data" / "mooncake_small.jsonl"
+TINY = ModelGeometry(name="tiny", layers=2, row_bytes=32, top_k=32, block_tokens=16,
+                     index_leaders=(0, 0), indexer_key_bytes=4, source="test")
+# 4 running requests' hot rows (64 rows of 64 bytes) and 300 blocks of 1 KiB; 600 host blocks
+TINY_GPU_GIB = (4 * 64 * 64 + 300 * 1024) / GIB
+TINY_HOST_GIB = 600 * 1024 / GIB
+
+
+def tiny(**kw: Any) -> SizingOptions:
+    return SizingOptions(geometry=TINY, gpu_kv_gib=TINY_GPU_GIB, host_gib=TINY_HOST_GIB,
+                         workload_path=TRACE, requests=12, max_running=4, topk_drift=0.2,
+                         **kw)
+
+
+def test_published_geometry() -> None:
+    ds = MODELS["deepseek-v3.2"]
+    assert MLA_FP8_ROW_BYTES == 656
+    assert (ds.layers, ds.indexers, ds.top_k, ds.block_tokens) == (61, 61, 2048, 64)
+    assert ds.kv_bytes_per_token == 656 * 61 and ds.indexer_bytes_per_token == 132 * 61
+    glm = MODELS["glm-5.2"]
+    owners = [i for i, lead in enumerate(glm.index_leaders) if i == lead]
+    assert owners == [0, 1, 2, *range(6, 75, 4)] and glm.indexers == 21
+    assert glm.index_leaders[5] == 2 and glm.index_leaders[77] == 74
+    for g in MODELS.values():  # the config accepts every model's leaders and rows
+        HiSparseConfig(host_pool_blocks=1, row_bytes=g.row_bytes, layers=g.layers,
+                       index_leaders=g.index_leaders, block_tokens=g.block_tokens)
+
+
+def test_gpu_blocks_come_from_the_budget_after_hot_rows() -> None:
+    c = HiSparseConfig(host_pool_gib=1, gpu_kv_gib=1, hot_slots=3, block_tokens=16,
+                       row_bytes=32, layers=2, top_k=8)
+    assert c.hot_bytes == 16 * 32 * 2  # 2 x top-K rows, every layer
+    assert c.gpu_blocks == (GIB - 3 * c.hot_bytes) // (16 * 32 * 2)
+    assert c.gpu_blocks_disabled == GIB // (16 * 32 * 2)
+    with pytest.raises(ValueError, match="holds no whole GPU block"):
+        HiSparseConfig(host_pool_gib=1, gpu_kv_gib=c.hot_bytes * 3 / GIB, hot_slots=3,
+                       block_tokens=16, row_bytes=32, layers=2, top_k=8)
+
+
+def test_plan_answers_from_geometry_alone() -> None:
+    g = MODELS["deepseek-v3.2"]
+    p = plan(g, gpu_kv_gib=100, host_gib=400, contexts=(32768, 131072),
+             machine_ram=1024 * GIB)
+    block = 64 * 656 * 61
+    long = p.rows[1]
+    assert long.pages == 2048 and p.min_host_blocks == 2048
+    assert long.disabled_bytes == 2048 * block + 131072 * 132 * 61
+    assert long.disabled_max == 100 * GIB // long.disabled_bytes
+    hot = 4096 * 656 * 61
+    lru = 16 * 4096 * 61
+    assert long.hisparse_bytes == hot + lru + 2 * block + 131072 * 132 * 61
+    assert long.hisparse_max == (100 * GIB - 2048 * block) // long.hisparse_bytes
+    assert long.host_needed == long.hisparse_max * 2048 * block
+    assert long.host_holds == p.host_blocks // 2048
+    assert long.hisparse_max > 4 * long.disabled_max  # the point of HiSparse at 128k
+    assert p.rows[0].ratio < long.ratio  # and it grows with context
+
+
+def test_plan_refuses_what_an_engine_refuses_at_startup() -> None:
+    g = MODELS["glm-5.2"]
+    with pytest.raises(PlanRefused, match="above 95% of this machine's"):
+        plan(g, gpu_kv_gib=100, host_gib=97, contexts=(8192,), machine_ram=100 * GIB)
+    plan(g, gpu_kv_gib=100, host_gib=95, contexts=(8192,), machine_ram=100 * GIB)
+    one = 2048 * 64 * 656 * 78  # the longest request's pages, 131072 tokens
+    with pytest.raises(PlanRefused, match="cannot hold one longest request"):
+        plan(g, gpu_kv_gib=100, host_gib=(one - 1) / GIB, contexts=(131072,),
+             machine_ram=1024 * GIB)
+    plan(g, gpu_kv_gib=100, host_gib=one / GIB, contexts=(131072,), machine_ram=1024 * GIB)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--host-gib", "900", "--machine-ram-gib", "512"], "above 95% of this machine's"),
+    (["--host-gib", "1", "--machine-ram-gib", "512"], "cannot hold one longest request"),
+])
+def test_plan_cli_refuses_in_one_line(argv: list[str], message: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["plan", "--model", "deepseek-v3.2", "--gpu-kv-gib", "100", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1
+
+
+def test_plan_cli_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan.json"
+    rc = cli.main(["plan", "--model", "deepseek-v3.2", "--gpu-kv-gib", "100", "--host-gib",
+                   "400", "--machine-ram-gib", "512", "--context", "8192,131072",
+                   "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert [r["context"] for r in doc["rows"]] == [8192, 131072]
+    assert f"{doc['rows'][1]['hisparse_max']:>6,}" in text
+
+
+class _Built:
+    """Counts every HiSparse message the scheduler side builds (``trusted_*``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.by_class: dict[str, int] = {}
+        real = messages._build
+
+        def counting(cls: type[Any], values: dict[str, Any]) -> Any:
+            self.by_class[cls.__name__] = self.by_class.get(cls.__name__, 0) + 1
+            return real(cls, values)
+
+        monkeypatch.setattr(messages, "_build", counting)
+
+
+def test_disabled_hisparse_builds_no_offload_command_and_no_empty_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    o = tiny()
+    config = sizing_config(o)
+    arrivals = build_workload(simulate_options(o, config))
+    built = _Built(monkeypatch)
+    run = baseline.DisabledRun(arrivals, gpu_blocks=config.gpu_blocks_disabled,
+                               max_running=o.max_running)
+    rep = run.run(10_000)
+    assert rep.finished == len(arrivals) and max(rep.waiting) > 0  # it scheduled, and queued
+    assert built.by_class == {}  # no transfer, replacement or (empty) connector metadata
+    # the same arrivals with HiSparse on do build them: the count above can fail
+    run_sizing(o)
+    assert built.by_class.get("HiSparseConnectorMetadata", 0) > 0
+    assert built.by_class.get("SparseKVPageTransfer", 0) > 0
+
+
+def _without_sizes(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in ("sizes", "notes", "data_mismatches")}
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_sizing_replay_accounting_equals_reference(check: bool) -> None:
+    """Hits, misses, spills, bytes, prefix hits and every series: exactly equal."""
+    acc = run_sizing(tiny(check=check))
+    ref = run_sizing(tiny(check=check, executor="reference"))
+    on = acc.hisparse
+    assert on["spills"] > 0 and on["misses"] > 0 and on["h2d_bytes"] > 0
+    assert on["prefix_hits"] > 0 and on["violations"] == 0
+    assert ref.hisparse["data_mismatches"] == 0  # the reference compared every row
+    assert _without_sizes(acc.hisparse) == _without_sizes(ref.hisparse)
+    assert acc.disabled == ref.disabled
+    assert acc.waits_on == ref.waits_on
+
+
+def test_sizing_replay_side_by_side_cli(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    rc = cli.main(["simulate", "--model", "deepseek-v3.2", "--workload", "mooncake",
+                   str(TRACE), "--gpu-kv-gib", "3", "--host-gib", "8", "--max-running", "8",
+                   "--no-progress", "--json", str(out), "--plot", str(png)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    assert s["hisparse"]["finished"] == s["disabled"]["finished"] == 12
+    assert doc["options"]["executor"] == "accounting"
+    assert len(doc["series"]["hisparse.running"]) == s["hisparse"]["steps"]
+    assert len(doc["series"]["disabled.running"]) == s["disabled"]["steps"]
+    # the block counts are HiSparseConfig's, derived once from the GiB budgets
+    c = sizing_config(replace(tiny(), geometry=MODELS["deepseek-v3.2"], gpu_kv_gib=3,
+                              host_gib=8, max_running=8))
+    assert doc["options"]["gpu_blocks_on"] == c.gpu_blocks
+    assert doc["options"]["gpu_blocks_off"] == c.gpu_blocks_disabled
+    assert "HiSparse on" in text and "admission wait p99, steps" in text
+    assert png.stat().st_size > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--executor", "reference"], "--executor reference would hold"),
+    (["--gpu-kv-gib", "100", "--host-gib", "400"], "add --workload mooncake"),
+    (["--workload", "mooncake", "--gpu-kv-gib", "100"], "needs both budgets"),
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--top-k", "64"], "--top-k comes from --model"),
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--abort-rate", "0.1"], "drop --abort-rate"),
+])
+def test_model_simulate_refuses_in_one_line(argv: list[str], message: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["simulate", "--model", "deepseek-v3.2", *argv, str(TRACE)]
+                  if "mooncake" in argv else ["simulate", "--model", "deepseek-v3.2", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1
+
+
+def test_mooncake_defaults_admit_the_trace(tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    rc = cli.main(["simulate", "--workload", "mooncake", str(TRACE), "--requests", "12",
+                   "--no-progress", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    assert rc == 0 and doc["never_admitted"] == 0 and doc["too_large"] == 0
+    longest = max(len(a.page_keys) for a in build_workload(replace(
+        simulate_options(tiny(), sizing_config(tiny())), block_tokens=32)))
+    assert doc["gpu_blocks"] == max(56, 2 * longest)
+
+
+def test_simulate_without_flags_is_unchanged() -> None:
+    """The README's first command: the same options as before --model existed."""
+    from hisparse.simulate import SimulateOptions
+
+    args = cli.build_parser().parse_args(["simulate"])
+    assert cli._simulate_options(args) == SimulateOptions()
