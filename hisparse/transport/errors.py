@@ -1,0 +1,36 @@
+"""Typed errors of the import transport: every refusal changes nothing."""
+
+from __future__ import annotations
+
+
+class TransportError(Exception):
+    """Base of every import-transport error."""
+
+
+class AnnouncementRefused(TransportError):
+    """A prefiller's announcement does not match the request; no READ was posted.
+
+    ``reason`` is a short stable word (``agent``, ``geometry``, ``pages``, ``descriptor``,
+    ``request``, ``destination``) so callers and tests tell refusals apart.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"announcement refused ({reason}): {detail}")
+        self.reason = reason
+
+
+class ImportFailed(TransportError):
+    """A request's import failed (prefiller gone, NIXL error); other imports go on."""
+
+    def __init__(self, req_id: str, chunk: int, detail: str) -> None:
+        super().__init__(f"import of request {req_id!r} failed at chunk {chunk}: {detail}")
+        self.req_id = req_id
+        self.chunk = chunk
+
+
+class StagingConfigError(ValueError):
+    """A staging pool configuration that cannot hold one page (refused at construction)."""
+
+
+class StagingExhausted(TransportError):
+    """Fewer free staging slots than asked for; nothing was leased."""

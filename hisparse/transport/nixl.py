@@ -1,0 +1,118 @@
+"""The decoder side of a NIXL import: READ announced DRAM pages into staging slots.
+
+The staging pool's buffer is registered once with the decoder's agent; each chunk is one
+NIXL READ whose local descriptors are the leased slots (valid bytes only: a final page
+that is not full reads its valid rows) and whose remote descriptors are the checked
+announcement's. A NIXL exception or an ``ERR`` state (a prefiller gone) fails that
+request's import with ``ImportFailed``; other imports are untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from hisparse.transport.base import ImportHandle, Transport
+from hisparse.transport.errors import AnnouncementRefused, ImportFailed, TransportError
+from hisparse.transport.nixlpeer import load_nixl
+from hisparse.transport.staging import StagingPool
+
+
+class NixlTransport(Transport):
+    """A decoder's NIXL agent ``name`` reading into ``pool`` over UCX."""
+
+    def __init__(
+        self, pool: StagingPool, name: str, chunk_pages: int = 1, window: int = 1
+    ) -> None:
+        super().__init__(pool, chunk_pages, window)
+        nixl: Any = load_nixl()
+        self.agent = nixl.nixl_agent(name, nixl.nixl_agent_config(backends=["UCX"]))
+        buf = pool.buffer
+        self._reg: Any = self.agent.register_memory(
+            [(int(buf.ctypes.data), buf.nbytes, 0, "")], "DRAM")
+        self.remotes: set[str] = set()
+
+    @property
+    def registrations(self) -> int:
+        """Memory registrations this agent still holds (0 after ``close``)."""
+        return 0 if self._reg is None else 1
+
+    def connect(self, metadata: bytes, expected: str) -> None:
+        """Load a prefiller's metadata; one that names another agent is refused and dropped."""
+        try:
+            name = self.agent.add_remote_agent(metadata)
+        except Exception as exc:  # the bindings' own error types
+            raise AnnouncementRefused("agent", f"unreadable agent metadata: {exc}") from exc
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        if name != expected:
+            if name not in self.remotes:
+                self.agent.remove_remote_agent(name)
+            raise AnnouncementRefused("agent", f"metadata names {name!r}, expected {expected!r}")
+        self.remotes.add(name)
+
+    def disconnect(self, name: str) -> None:
+        if name in self.remotes:
+            self.remotes.discard(name)
+            with contextlib.suppress(Exception):  # a dead peer may already be gone
+                self.agent.remove_remote_agent(name)
+
+    def close(self) -> None:
+        """Drop live imports, remote agents and the staging registration (idempotent)."""
+        for handle in list(self.live.values()):
+            self.finish(handle)
+        for name in list(self.remotes):
+            self.disconnect(name)
+        if self._reg is not None:
+            self.agent.deregister_memory(self._reg)
+            self._reg = None
+
+    def _prepare(self, handle: ImportHandle) -> list[Any]:
+        if self._reg is None:
+            raise TransportError("the NIXL transport is closed")
+        agent_name = handle.announcement.agent
+        if agent_name not in self.remotes:
+            raise AnnouncementRefused("agent", f"{agent_name!r} is not connected")
+        req = handle.request
+        xfers: list[Any] = []
+        try:
+            for pages in handle.chunks:
+                local = [(self.pool.address(handle.leases[p].slot), req.valid_bytes(p), 0)
+                         for p in pages]
+                remote = [(handle.announcement.pages[p].addr, req.valid_bytes(p),
+                           handle.announcement.pages[p].dev_id) for p in pages]
+                xfers.append(self.agent.initialize_xfer(
+                    "READ", self.agent.get_xfer_descs(local, "DRAM"),
+                    self.agent.get_xfer_descs(remote, "DRAM"), agent_name))
+        except Exception as exc:  # NIXL refuses descriptors outside registered memory
+            for x in xfers:
+                self._release(x)
+            raise AnnouncementRefused("descriptor", f"NIXL refused the READ: {exc}") from exc
+        return xfers
+
+    def _post(self, handle: ImportHandle, chunk: int) -> bool:
+        try:
+            state = self.agent.transfer(handle.tokens[chunk])
+        except Exception as exc:
+            raise ImportFailed(handle.request.req_id, chunk, f"NIXL: {exc}") from exc
+        return self._state(handle, chunk, state)
+
+    def _check(self, handle: ImportHandle, chunk: int) -> bool:
+        try:
+            state = self.agent.check_xfer_state(handle.tokens[chunk])
+        except Exception as exc:
+            raise ImportFailed(handle.request.req_id, chunk, f"NIXL: {exc}") from exc
+        return self._state(handle, chunk, state)
+
+    def _state(self, handle: ImportHandle, chunk: int, state: str) -> bool:
+        if state == "ERR":
+            raise ImportFailed(handle.request.req_id, chunk, "NIXL reported ERR")
+        return bool(state == "DONE")
+
+    def _drop(self, handle: ImportHandle) -> None:
+        for x in handle.tokens:
+            self._release(x)
+        handle.tokens = []
+
+    def _release(self, xfer: Any) -> None:
+        with contextlib.suppress(Exception):  # a failed READ's handle may refuse release
+            self.agent.release_xfer_handle(xfer)

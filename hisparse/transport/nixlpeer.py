@@ -1,0 +1,112 @@
+"""A prefiller process over NIXL: registers the KV pages it holds, publishes its metadata.
+
+``NixlPrefiller`` spawns the process (``spawn``: no inherited UCX state), sends it the
+pages, and gets back its agent metadata and the page addresses it registered. The child
+deregisters its memory before it exits on ``stop``; ``kill`` is the failure a decoder
+must survive. Either way the process is reaped.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+from multiprocessing.connection import Connection
+from types import TracebackType
+
+import numpy as np
+
+from hisparse.transport.errors import TransportError
+from hisparse.transport.geometry import Announcement, PageDescriptor
+
+READY_TIMEOUT_S = 120.0
+"""How long the parent waits for the child's agent to come up (a hang, not a timing)."""
+
+
+def load_nixl() -> object:
+    """The ``nixl_cu12`` module, or a ``TransportError`` that says how to install it."""
+    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
+    try:
+        import nixl_cu12
+    except ImportError as exc:
+        raise TransportError(
+            f"NIXL is not importable ({exc}): pip install --no-deps nixl-cu12==1.5.1"
+        ) from exc
+    return nixl_cu12
+
+
+def _serve(name: str, conn: Connection) -> None:
+    """Child: hold the pages sent, register them, answer with metadata, wait for stop."""
+    nixl = load_nixl()
+    agent = nixl.nixl_agent(name, nixl.nixl_agent_config(backends=["UCX"]))  # type: ignore[attr-defined]
+    pages = np.ascontiguousarray(conn.recv(), dtype=np.uint8)
+    base = int(pages.ctypes.data)
+    reg = agent.register_memory([(base, pages.nbytes, 0, "")], "DRAM")
+    conn.send((agent.get_agent_metadata(), base, pages.shape[1], pages.shape[0]))
+    conn.recv()  # stop
+    agent.deregister_memory(reg)
+    conn.send("stopped")
+
+
+class NixlPrefiller:
+    """A prefiller process holding ``pages`` (one row per page) as NIXL agent ``name``."""
+
+    def __init__(self, name: str, pages: np.ndarray) -> None:
+        if pages.ndim != 2 or pages.dtype != np.uint8:
+            raise ValueError("pages must be a 2-D uint8 array, one row per page")
+        self.name = name
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(name, child), daemon=True)
+        self.process.start()
+        child.close()
+        self._conn.send(pages)
+        if not self._conn.poll(READY_TIMEOUT_S):
+            self.kill()
+            raise TransportError(f"prefiller {name!r} did not come up")
+        try:
+            self.metadata, self.base, self.stride, self.num_pages = self._conn.recv()
+        except EOFError as exc:
+            self.kill()
+            raise TransportError(f"prefiller {name!r} died starting up") from exc
+
+    def announce(
+        self, req_id: str, num_tokens: int, row_bytes: int, block_size: int
+    ) -> Announcement:
+        """The honest announcement of all held pages as request ``req_id``."""
+        descs = tuple(
+            PageDescriptor(i, self.base + i * self.stride, self.stride)
+            for i in range(self.num_pages)
+        )
+        return Announcement(self.name, req_id, num_tokens, row_bytes, block_size, descs)
+
+    def stop(self) -> None:
+        """Orderly exit: the child deregisters its pages, then the process is reaped."""
+        if self.process.exitcode is None and self.process.is_alive():
+            try:
+                self._conn.send("stop")
+                self._conn.recv()
+            except (EOFError, OSError):
+                pass
+        self.process.join()
+        self._conn.close()
+
+    def kill(self) -> None:
+        """The failure under test: SIGKILL, then reap."""
+        if self.process.pid is not None and self.process.exitcode is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.join()
+        self._conn.close()
+
+    @property
+    def reaped(self) -> bool:
+        return self.process.exitcode is not None
+
+    def __enter__(self) -> NixlPrefiller:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self.reaped:
+            self.stop()
