@@ -2,10 +2,10 @@
 
 ``begin`` checks the announcement and the leases and prepares every chunk before any READ
 is posted, so a refusal leaves nothing behind. ``poll`` posts chunks (at most ``window``
-in flight) and reports each chunk's state; the first failure fails the whole import with
-``ImportFailed`` and posts nothing more. ``finish`` releases what the transport holds for
-the import (the caller releases its staging leases). Implementations supply the four
-``_prepare`` / ``_post`` / ``_check`` / ``_drop`` hooks.
+posted and not yet seen done) and reports each chunk's state; the first failure fails the
+whole import with ``ImportFailed`` and posts nothing more. ``finish`` releases what the
+transport holds for the import (the caller releases its staging leases). Implementations
+supply the four ``_prepare`` / ``_post`` / ``_check`` / ``_drop`` hooks.
 """
 
 from __future__ import annotations
@@ -103,9 +103,9 @@ class Transport:
                 except ImportFailed as exc:
                     self._fail(handle, i, exc)
                     return list(handle.states)
-        in_flight = handle.states.count(ChunkState.POSTED)
+        budget = self.window - handle.states.count(ChunkState.POSTED)
         for i, state in enumerate(handle.states):
-            if in_flight >= self.window:
+            if budget <= 0:  # at most ``window`` chunks posted and not yet seen done
                 break
             if state is ChunkState.PENDING:
                 try:
@@ -114,7 +114,7 @@ class Transport:
                     self._fail(handle, i, exc)
                     return list(handle.states)
                 handle.states[i] = ChunkState.DONE if finished else ChunkState.POSTED
-                in_flight += not finished
+                budget -= 1
         return list(handle.states)
 
     def wait(self, handle: ImportHandle, max_polls: int = 10_000_000) -> ImportHandle:

@@ -1,0 +1,335 @@
+"""The P/D import transport: loopback (the oracle) and NIXL between two processes.
+
+Every NIXL test runs a real prefiller process on localhost over UCX; NIXL missing is a
+failure, never a skip (``.ci/run`` and ``bootstrap.sh`` install ``nixl-cu12``). After
+each test: staging slots back, NIXL registrations dropped, prefiller processes reaped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hisparse.transport import (
+    Announcement,
+    AnnouncementRefused,
+    ChunkState,
+    ImportFailed,
+    ImportRequest,
+    LoopbackPrefiller,
+    LoopbackTransport,
+    StagingConfigError,
+    StagingExhausted,
+    StagingPool,
+    Transport,
+    TransportError,
+)
+
+ROW, BLOCK = 24, 8
+PAGE = ROW * BLOCK
+_names = itertools.count()
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}{next(_names)}"
+
+
+@pytest.fixture(scope="session")
+def nixl_available() -> None:
+    """NIXL is required here, like TLC: its absence fails the test."""
+    try:
+        from hisparse.transport.nixlpeer import load_nixl
+
+        load_nixl()
+    except TransportError as exc:
+        pytest.fail(f"NIXL is required for these tests: {exc}", pytrace=False)
+
+
+class Side:
+    """A transport kind under test: makes prefillers and a decoder transport, then cleans up."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.prefillers: list[Any] = []
+        self.transports: list[Transport] = []
+
+    def prefiller(self, name: str, pages: np.ndarray) -> Any:
+        if self.kind == "loopback":
+            peer: Any = LoopbackPrefiller(name, pages)
+        else:
+            from hisparse.transport.nixlpeer import NixlPrefiller
+
+            peer = NixlPrefiller(name, pages)
+        self.prefillers.append(peer)
+        return peer
+
+    def transport(self, pool: StagingPool, chunk_pages: int = 1, window: int = 1) -> Any:
+        if self.kind == "loopback":
+            tr: Any = LoopbackTransport(pool, chunk_pages, window)
+        else:
+            from hisparse.transport.nixl import NixlTransport
+
+            tr = NixlTransport(pool, _unique("decoder"), chunk_pages, window)
+        self.transports.append(tr)
+        return tr
+
+    def connect(self, tr: Any, peer: Any) -> None:
+        if self.kind == "loopback":
+            tr.connect(peer)
+        else:
+            tr.connect(peer.metadata, peer.name)
+
+    def kill(self, peer: Any) -> None:
+        peer.kill()
+
+    def close(self) -> None:
+        for tr in self.transports:
+            assert not tr.live or all(h.ended for h in tr.live.values())
+            if self.kind == "nixl":
+                tr.close()
+                assert tr.registrations == 0
+        for peer in self.prefillers:
+            if self.kind == "nixl":
+                if not peer.reaped:
+                    peer.stop()
+                assert peer.reaped
+                assert peer.process.exitcode is not None
+
+
+@pytest.fixture(params=["loopback", "nixl"])
+def side(request: pytest.FixtureRequest) -> Iterator[Side]:
+    if request.param == "nixl":
+        request.getfixturevalue("nixl_available")
+    s = Side(request.param)
+    yield s
+    s.close()
+
+
+def _pages(seed: int, request: ImportRequest) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (request.num_pages, request.page_bytes), dtype=np.uint8)
+
+
+def _expected(pages: np.ndarray, request: ImportRequest) -> np.ndarray:
+    """What the leased slots must hold: the valid rows, zero after the final token."""
+    flat = pages.reshape(-1).copy()
+    flat[request.num_tokens * request.row_bytes :] = 0
+    return flat.reshape(pages.shape)
+
+
+def _landed(pool: StagingPool, leases: list[Any]) -> np.ndarray:
+    return np.stack([pool.view(ls.slot) for ls in leases])
+
+
+def _import(side: Side, num_tokens: int, seed: int, chunk_pages: int = 2,
+            window: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    req = ImportRequest("r", num_tokens, ROW, BLOCK, _unique("prefiller"))
+    pages = _pages(seed, req)
+    pool = StagingPool(8 * PAGE, 8, PAGE)
+    peer = side.prefiller(req.prefiller, pages)
+    tr = side.transport(pool, chunk_pages, window)
+    side.connect(tr, peer)
+    leases = pool.lease("r", req.num_pages)
+    handle = tr.wait(tr.begin(req, peer.announce("r", num_tokens, ROW, BLOCK), leases))
+    assert handle.error is None and handle.done
+    got = _landed(pool, leases).copy()
+    tr.finish(handle)
+    pool.release(leases)
+    assert pool.in_use == 0 and not tr.live
+    return got, _expected(pages, req)
+
+
+# -- staging pool ---------------------------------------------------------------------
+
+
+def test_staging_config_that_cannot_hold_a_page_says_what_to_raise() -> None:
+    with pytest.raises(StagingConfigError, match=rf"at least {4 * PAGE}.*at most 3"):
+        StagingPool(4 * PAGE - 1, 4, PAGE)
+    with pytest.raises(StagingConfigError, match="at least 1 slot"):
+        StagingPool(PAGE, 0, PAGE)
+
+
+def test_staging_exhaustion_is_a_refusal_that_changes_nothing_and_release_returns() -> None:
+    pool = StagingPool(3 * PAGE, 3, PAGE)
+    a = pool.lease("a", 2)
+    pool.view(a[0].slot)[:] = 7
+    before = pool.buffer.copy()
+    with pytest.raises(StagingExhausted, match="asked for 2 staging slots, 1 of 3"):
+        pool.lease("b", 2)
+    assert pool.in_use == 2 and pool.num_free == 1
+    assert np.array_equal(pool.buffer, before)
+    with pytest.raises(TransportError, match="not a live lease"):
+        pool.release([a[0], dataclasses.replace(a[1], owner="b")])
+    assert pool.in_use == 2  # the refused release returned neither lease
+    pool.release(a)
+    assert pool.in_use == 0 and pool.num_free == 3
+    b = pool.lease("b", 3)
+    assert not pool.view(b[0].slot).any()  # a lease hands out zeroed slots
+    pool.release(b)
+    assert pool.in_use == 0
+
+
+# -- byte equality ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_tokens", [5 * BLOCK, 5 * BLOCK - 3, 1])
+def test_import_lands_the_announced_bytes(side: Side, num_tokens: int) -> None:
+    got, expected = _import(side, num_tokens, seed=num_tokens)
+    assert np.array_equal(got, expected)
+    if num_tokens % BLOCK:  # the final block is not full: the rest of its page stays zero
+        tail = got[-1][(num_tokens % BLOCK) * ROW :]
+        assert tail.size > 0 and not tail.any()
+
+
+def test_nixl_and_loopback_land_equal_bytes(nixl_available: None) -> None:
+    results = {}
+    for kind in ("loopback", "nixl"):
+        s = Side(kind)
+        try:
+            results[kind] = _import(s, 7 * BLOCK - 5, seed=11, chunk_pages=3, window=1)[0]
+        finally:
+            s.close()
+    assert np.array_equal(results["loopback"], results["nixl"])
+    assert results["nixl"].any()
+
+
+def test_writes_land_only_in_the_slots_leased_for_the_request(side: Side) -> None:
+    req = ImportRequest("r", 3 * BLOCK - 1, ROW, BLOCK, _unique("prefiller"))
+    pages = _pages(3, req)
+    pool = StagingPool(6 * PAGE, 6, PAGE)
+    other = pool.lease("other", 2)  # slots 0 and 1 belong to another request
+    for ls in other:
+        pool.view(ls.slot)[:] = 0xAB
+    leases = pool.lease("r", req.num_pages)
+    peer = side.prefiller(req.prefiller, pages)
+    tr = side.transport(pool)
+    side.connect(tr, peer)
+    outside = np.ones(pool.buffer.size, dtype=bool)
+    for ls in leases:
+        start = ls.slot * pool.slot_bytes
+        outside[start : start + PAGE] = False
+    before = pool.buffer[outside].copy()
+    handle = tr.wait(tr.begin(req, peer.announce("r", req.num_tokens, ROW, BLOCK), leases))
+    assert handle.done
+    assert np.array_equal(pool.buffer[outside], before)
+    assert np.array_equal(_landed(pool, leases), _expected(pages, req))
+    tr.finish(handle)
+    pool.release(leases + other)
+    assert pool.in_use == 0
+
+
+# -- refusals ---------------------------------------------------------------------------
+
+Tamper = Callable[[Announcement, ImportRequest], tuple[Announcement, ImportRequest]]
+
+
+def _swap_page(ann: Announcement, i: int, **changes: int) -> Announcement:
+    pages = list(ann.pages)
+    pages[i] = dataclasses.replace(pages[i], **changes)
+    return dataclasses.replace(ann, pages=tuple(pages))
+
+
+REFUSALS: dict[str, tuple[str, Tamper]] = {
+    "another agent": ("agent", lambda a, r: (dataclasses.replace(a, agent="intruder"), r)),
+    "other row bytes": ("geometry", lambda a, r: (dataclasses.replace(a, row_bytes=ROW * 2), r)),
+    "other block size": ("geometry", lambda a, r: (dataclasses.replace(a, block_size=BLOCK // 2), r)),
+    "more pages than the request": (
+        "pages", lambda a, r: (a, dataclasses.replace(r, num_tokens=BLOCK))),
+    "more tokens than the request": (
+        "pages", lambda a, r: (dataclasses.replace(a, num_tokens=r.num_tokens + 1), r)),
+    "another request": ("request", lambda a, r: (dataclasses.replace(a, req_id="x"), r)),
+    "a page of another size": ("descriptor", lambda a, r: (_swap_page(a, 1, nbytes=PAGE * 2), r)),
+    "pages out of order": ("descriptor", lambda a, r: (_swap_page(a, 0, page=2), r)),
+    "an address outside the prefiller's memory": (
+        "descriptor", lambda a, r: (_swap_page(a, 2, addr=a.pages[2].addr + (1 << 40)), r)),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_bad_announcement_is_refused_and_changes_nothing(side: Side, case: str) -> None:
+    reason, tamper = REFUSALS[case]
+    req = ImportRequest("r", 3 * BLOCK, ROW, BLOCK, _unique("prefiller"))
+    pool = StagingPool(4 * PAGE, 4, PAGE)
+    peer = side.prefiller(req.prefiller, _pages(5, req))
+    tr = side.transport(pool)
+    side.connect(tr, peer)
+    leases = pool.lease("r", req.num_pages)
+    ann, asked = tamper(peer.announce("r", req.num_tokens, ROW, BLOCK), req)
+    with pytest.raises(AnnouncementRefused) as info:
+        tr.begin(asked, ann, leases)
+    assert info.value.reason == reason
+    assert not tr.live and pool.in_use == len(leases)
+    assert not pool.buffer.any()  # no READ landed anywhere
+    # the same transport still imports the honest announcement
+    handle = tr.wait(tr.begin(req, peer.announce("r", req.num_tokens, ROW, BLOCK), leases))
+    assert handle.done
+    tr.finish(handle)
+    pool.release(leases)
+
+
+def test_leases_of_another_request_are_refused(side: Side) -> None:
+    req = ImportRequest("r", 2 * BLOCK, ROW, BLOCK, _unique("prefiller"))
+    pool = StagingPool(4 * PAGE, 4, PAGE)
+    peer = side.prefiller(req.prefiller, _pages(6, req))
+    tr = side.transport(pool)
+    side.connect(tr, peer)
+    theirs = pool.lease("other", 2)
+    mine = pool.lease("r", 1)  # one lease for two pages
+    ann = peer.announce("r", req.num_tokens, ROW, BLOCK)
+    for leases in (theirs, mine):
+        with pytest.raises(AnnouncementRefused) as info:
+            tr.begin(req, ann, leases)
+        assert info.value.reason == "destination"
+    assert not tr.live and not pool.buffer.any() and pool.in_use == 3
+    pool.release(theirs + mine)
+    assert pool.in_use == 0
+
+
+def test_nixl_metadata_of_another_agent_is_refused(nixl_available: None) -> None:
+    s = Side("nixl")
+    try:
+        pool = StagingPool(PAGE, 1, PAGE)
+        peer = s.prefiller(_unique("prefiller"), np.zeros((1, PAGE), dtype=np.uint8))
+        tr = s.transport(pool)
+        with pytest.raises(AnnouncementRefused) as info:
+            tr.connect(peer.metadata, "the-configured-one")
+        assert info.value.reason == "agent" and not tr.remotes
+    finally:
+        s.close()
+
+
+# -- failures ---------------------------------------------------------------------------
+
+
+def test_killed_prefiller_fails_its_import_and_others_go_on(side: Side) -> None:
+    req_a = ImportRequest("a", 4 * BLOCK, ROW, BLOCK, _unique("prefiller"))
+    req_b = ImportRequest("b", 3 * BLOCK - 2, ROW, BLOCK, _unique("prefiller"))
+    pages_b = _pages(8, req_b)
+    pool = StagingPool(8 * PAGE, 8, PAGE)
+    peer_a = side.prefiller(req_a.prefiller, _pages(7, req_a))
+    peer_b = side.prefiller(req_b.prefiller, pages_b)
+    tr = side.transport(pool, chunk_pages=1, window=1)
+    side.connect(tr, peer_a)
+    side.connect(tr, peer_b)
+    leases_a = pool.lease("a", req_a.num_pages)
+    leases_b = pool.lease("b", req_b.num_pages)
+    ha = tr.begin(req_a, peer_a.announce("a", req_a.num_tokens, ROW, BLOCK), leases_a)
+    hb = tr.begin(req_b, peer_b.announce("b", req_b.num_tokens, ROW, BLOCK), leases_b)
+    while ha.states[0] is not ChunkState.DONE:  # chunk 0 landed; at most chunk 1 posted
+        tr.poll(ha)
+    side.kill(peer_a)
+    tr.wait(ha)
+    tr.wait(hb)
+    assert isinstance(ha.error, ImportFailed) and ha.error.req_id == "a"
+    assert ha.error.chunk >= 1 and ha.states[-1] is ChunkState.FAILED
+    assert hb.error is None and hb.done
+    assert np.array_equal(_landed(pool, leases_b), _expected(pages_b, req_b))
+    for h in (ha, hb):
+        tr.finish(h)
+    pool.release(leases_a + leases_b)
+    assert pool.in_use == 0 and not tr.live
