@@ -26,7 +26,6 @@ from hisparse.transport import (
     StagingConfigError,
     StagingExhausted,
     StagingPool,
-    Transport,
     TransportError,
 )
 
@@ -56,7 +55,7 @@ class Side:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.prefillers: list[Any] = []
-        self.transports: list[Transport] = []
+        self.transports: list[Any] = []
 
     def prefiller(self, name: str, pages: np.ndarray) -> Any:
         if self.kind == "loopback":
