@@ -35,4 +35,6 @@ fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# NIXL for the P/D import tests; --no-deps: it requires torch, which host memory does not use
+.venv/bin/python -m pip install -q --no-deps 'nixl-cu12==1.5.1'
 .venv/bin/hisparse setup
