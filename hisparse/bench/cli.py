@@ -228,6 +228,26 @@ def _tp(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+# -- nixl (CPU: host to host between two processes) -----------------------------------
+
+
+def _nixl_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mib", type=positive_int, default=256, help="MiB of pages to READ")
+    p.add_argument("--page-kib", type=positive_int, default=64, help="KiB per page")
+    p.add_argument("--chunk-pages", type=positive_int, default=64, help="pages per NIXL READ")
+    p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions")
+
+
+def _nixl(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import nixl
+
+    doc = nixl.run(args.mib, args.page_kib, args.chunk_pages, args.reps)
+    print(f"{doc['environment']}\n{doc['bytes']} bytes in {doc['pages']} pages: NIXL READ "
+          f"{doc['nixl_GBps']:.2f} GB/s, memcpy {doc['memcpy_GBps']:.2f} GB/s "
+          f"({doc['nixl_vs_memcpy']:.0%} of memcpy)")
+    return doc
+
+
 TARGETS: dict[str, BenchTarget] = {
     "protocol": BenchTarget("per-action cost of the protocol machine", _protocol_args,
                             _protocol),
@@ -243,4 +263,6 @@ TARGETS: dict[str, BenchTarget] = {
                           _engine_args, _engine),
     "tp": BenchTarget("tensor-parallel ranks, private vs shared host backing (NVIDIA GPUs)",
                       _tp_args, _tp),
+    "nixl": BenchTarget("NIXL host-to-host READ between two processes vs memcpy (CPU)",
+                        _nixl_args, _nixl),
 }
