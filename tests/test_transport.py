@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -331,4 +333,39 @@ def test_killed_prefiller_fails_its_import_and_others_go_on(side: Side) -> None:
     for h in (ha, hb):
         tr.finish(h)
     pool.release(leases_a + leases_b)
+    assert pool.in_use == 0 and not tr.live
+
+
+# -- the benchmark runs (its figures are not asserted) ------------------------------------
+
+
+def test_bench_nixl_runs_and_checks_its_bytes(nixl_available: None, tmp_path: Path) -> None:
+    from hisparse.cli import main
+
+    out = tmp_path / "nixl.json"
+    assert main(["bench", "nixl", "--mib", "1", "--page-kib", "16", "--chunk-pages", "8",
+                 "--reps", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["bytes"] == 1 << 20 and doc["pages"] == 64
+    assert doc["nixl_GBps"] > 0 and doc["memcpy_GBps"] > 0
+
+
+def test_a_poll_posts_at_most_window_chunks() -> None:
+    req = ImportRequest("r", 3 * BLOCK, ROW, BLOCK, "p")
+    pool = StagingPool(3 * PAGE, 3, PAGE)
+    tr = LoopbackTransport(pool, chunk_pages=1, window=1)
+    peer = LoopbackPrefiller("p", _pages(9, req))
+    tr.connect(peer)
+    leases = pool.lease("r", 3)
+    handle = tr.begin(req, peer.announce("r", req.num_tokens, ROW, BLOCK), leases)
+    pending = ChunkState.PENDING
+    assert tr.poll(handle) == [ChunkState.DONE, pending, pending]
+    assert tr.poll(handle) == [ChunkState.DONE, ChunkState.DONE, pending]
+    peer.kill()
+    assert tr.poll(handle) == [ChunkState.DONE, ChunkState.DONE, ChunkState.FAILED]
+    assert handle.error is not None and handle.error.chunk == 2
+    assert np.array_equal(_landed(pool, leases)[:2], _pages(9, req)[:2])
+    assert not _landed(pool, leases)[2].any()  # the failed chunk wrote nothing
+    tr.finish(handle)
+    pool.release(leases)
     assert pool.in_use == 0 and not tr.live
