@@ -93,7 +93,7 @@ class Side:
             assert not tr.live or all(h.ended for h in tr.live.values())
             if self.kind == "nixl":
                 tr.close()
-                assert tr.registrations == 0
+                assert tr.registrations == 0 and tr.xfers == 0 and not tr.remotes
         for peer in self.prefillers:
             if self.kind == "nixl":
                 if not peer.reaped:

@@ -124,8 +124,8 @@ class Transport:
                 return handle
             self.poll(handle)
         if not handle.ended:
-            self._fail(handle, handle.states.index(ChunkState.POSTED),
-                       ImportFailed(handle.request.req_id, -1, "no completion"))
+            first = next(i for i, s in enumerate(handle.states) if s is not ChunkState.DONE)
+            self._fail(handle, first, ImportFailed(handle.request.req_id, -1, "no completion"))
         return handle
 
     def finish(self, handle: ImportHandle) -> None:

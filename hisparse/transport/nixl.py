@@ -31,6 +31,7 @@ class NixlTransport(Transport):
         self._reg: Any = self.agent.register_memory(
             [(int(buf.ctypes.data), buf.nbytes, 0, "")], "DRAM")
         self.remotes: set[str] = set()
+        self.xfers = 0  # NIXL transfer handles created and not yet released
 
     @property
     def registrations(self) -> int:
@@ -83,6 +84,7 @@ class NixlTransport(Transport):
                 xfers.append(self.agent.initialize_xfer(
                     "READ", self.agent.get_xfer_descs(local, "DRAM"),
                     self.agent.get_xfer_descs(remote, "DRAM"), agent_name))
+                self.xfers += 1
         except Exception as exc:  # NIXL refuses descriptors outside registered memory
             for x in xfers:
                 self._release(x)
@@ -114,5 +116,6 @@ class NixlTransport(Transport):
         handle.tokens = []
 
     def _release(self, xfer: Any) -> None:
+        self.xfers -= 1
         with contextlib.suppress(Exception):  # a failed READ's handle may refuse release
             self.agent.release_xfer_handle(xfer)
