@@ -48,6 +48,7 @@ from hisparse.tlc import (
 from hisparse.tlc.acquire import ARTIFACT
 from hisparse.tlc.signals import Interrupted, block_in_this_thread, held
 from hisparse.tracecheck import TraceCheckResult, check_traces
+from hisparse.transport.errors import TransportError
 
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
 _EXIT_FOR = {"ok": EXIT_OK, "violation": EXIT_VIOLATION, "error": EXIT_ERROR}
@@ -570,7 +571,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     try:
         with ticking(f"bench {args.target}"):
             doc = BENCH_TARGETS[args.target].main(args)
-    except ExecutorError as exc:  # CudaUnavailable: no CuPy / GPU
+    except (ExecutorError, TransportError) as exc:  # no CuPy / GPU; no NIXL
         return _err(str(exc))
     except BenchFailed as exc:
         print(f"hisparse: violation: {exc}", file=sys.stderr)

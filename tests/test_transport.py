@@ -369,3 +369,19 @@ def test_a_poll_posts_at_most_window_chunks() -> None:
     tr.finish(handle)
     pool.release(leases)
     assert pool.in_use == 0 and not tr.live
+
+
+def test_bench_nixl_without_nixl_exits_2_with_one_line(
+    nixl_available: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import hisparse.transport.nixl as decoder_side
+    from hisparse.cli import main
+
+    def missing() -> object:
+        raise TransportError("NIXL is not importable (test): pip install --no-deps nixl-cu12")
+
+    monkeypatch.setattr(decoder_side, "load_nixl", missing)
+    assert main(["bench", "nixl", "--mib", "1", "--reps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("hisparse: ") and "pip install --no-deps nixl-cu12" in err[-1]
+    assert "Traceback" not in "\n".join(err)
