@@ -429,3 +429,48 @@ def test_random_imports_agree_with_the_loopback_oracle(nixl_available: None) -> 
     finally:
         nixl_side.close()
         loop_side.close()
+
+
+class _ErrOnce:
+    """Wraps a NIXL agent: the first READ posted for one request reports ``ERR``."""
+
+    def __init__(self, agent: Any, bad: set[int]) -> None:
+        self._agent = agent
+        self._bad = bad
+
+    def transfer(self, handle: Any, notif_msg: bytes = b"") -> str:
+        if id(handle) in self._bad:
+            return "ERR"
+        return str(self._agent.transfer(handle, notif_msg))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._agent, name)
+
+
+def test_nixl_err_state_fails_that_import_only(nixl_available: None) -> None:
+    s = Side("nixl")
+    try:
+        req_a = ImportRequest("a", 2 * BLOCK, ROW, BLOCK, _unique("prefiller"))
+        req_b = ImportRequest("b", 2 * BLOCK - 1, ROW, BLOCK, req_a.prefiller)
+        pages = _pages(12, req_a)
+        pool = StagingPool(4 * PAGE, 4, PAGE)
+        peer = s.prefiller(req_a.prefiller, pages)
+        tr = s.transport(pool, chunk_pages=1, window=2)
+        s.connect(tr, peer)
+        la, lb = pool.lease("a", 2), pool.lease("b", 2)
+        ha = tr.begin(req_a, peer.announce("a", req_a.num_tokens, ROW, BLOCK), la)
+        hb = tr.begin(req_b, peer.announce("b", req_b.num_tokens, ROW, BLOCK), lb)
+        real = tr.agent
+        tr.agent = _ErrOnce(real, {id(ha.tokens[1])})
+        tr.wait(ha)
+        tr.wait(hb)
+        tr.agent = real
+        assert isinstance(ha.error, ImportFailed) and ha.error.chunk == 1
+        assert "ERR" in str(ha.error) and ha.states[1] is ChunkState.FAILED
+        assert hb.done and np.array_equal(_landed(pool, lb), _expected(pages, req_b))
+        for h in (ha, hb):
+            tr.finish(h)
+        pool.release(la + lb)
+        assert pool.in_use == 0 and tr.xfers == 0
+    finally:
+        s.close()
