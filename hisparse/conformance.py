@@ -159,6 +159,11 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
         "up": tuple(
             tuple((hosts(m["enq"]), hosts(m["done"])) for m in u) for u in _by_rank(s["up"])
         ),
+        "stale": tuple(
+            frozenset((_index(t["src"]), _index(t["dst"])) for t in d)
+            for d in _by_rank(s["stale"])
+        ),
+        "lost": tuple(bool(x) for x in _by_rank(s["lost"])),
         "copying": tuple(
             _by_index(c, lambda x: None if x == "idle" else str(x)) for c in _by_rank(s["copying"])
         ),
@@ -205,6 +210,8 @@ def canon_python(m: ProtocolMachine) -> Canon:
             tuple((frozenset(x["enq"]), frozenset(x["done"])) for x in u)
             for u in _by_rank(j["up"])
         ),
+        "stale": tuple(frozenset((t["src"], t["dst"]) for t in d) for d in _by_rank(j["stale"])),
+        "lost": tuple(bool(x) for x in _by_rank(j["lost"])),
         "copying": tuple(tuple(c) for c in _by_rank(j["copying"])),
         "waits": tuple(frozenset(x) for x in _by_rank(j["waits"])),
         "reading": tuple(frozenset(x) for x in _by_rank(j["reading"])),

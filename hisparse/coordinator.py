@@ -39,8 +39,15 @@ from itertools import islice
 from typing import NamedTuple
 
 from hisparse.blockpool import KVCacheManager
+from hisparse.channel import Receiver
 from hisparse.config import HiSparseConfig
-from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownRank, UnknownTransfer
+from hisparse.spec.errors import (
+    ActionNotEnabled,
+    BadSequence,
+    ProtocolError,
+    UnknownRank,
+    UnknownTransfer,
+)
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import (
     BlockTableReplacement,
@@ -115,6 +122,11 @@ class HiSparseCoordinator:
         self.spills = 0
         self.prefix_hits = 0
         self.retired = 0
+        # sequence numbers (hisparse/channel.py): the next connector metadata's number,
+        # per rank the number of the first one after its last loss; the metas received
+        self._down_next = 0
+        self._down_since = [0] * self.ranks
+        self._up_rx = [Receiver("worker meta", w) for w in range(self.ranks)]
 
     # -- requests -----------------------------------------------------------
 
@@ -342,6 +354,21 @@ class HiSparseCoordinator:
             ]
         return tuple(reps)
 
+    def stamp_metadata(self) -> tuple[int, tuple[int, ...]]:
+        """(seq, since) for the connector metadata built now (numbers only grow)."""
+        seq = self._down_next
+        self._down_next = seq + 1
+        return seq, tuple(self._down_since)
+
+    def awaiting_acks(self) -> bool:
+        """A transfer is open: a metadata goes every step, so a lost one shows."""
+        return bool(self.machine.state.open_spills)
+
+    @property
+    def metas_ignored(self) -> int:
+        """Sequenced worker metas ignored as replays or as sent before a loss."""
+        return sum(rx.ignored for rx in self._up_rx)
+
     def on_worker_meta(self, meta: HiSparseWorkerMeta) -> None:
         """Rank ``meta.rank``'s acks: a transfer every rank enqueued releases its source
         lease (stream order); one no rank owes an ack for any more publishes its page.
@@ -353,8 +380,18 @@ class HiSparseCoordinator:
         w = meta.rank
         if not (type(w) is int and 0 <= w < self.ranks):
             raise UnknownRank(w, self.ranks)
+        seq, since = meta.seq, meta.since
+        rx: Receiver | None = None
+        if seq is not None or since is not None:
+            if not (type(seq) is int and type(since) is int and 0 <= since <= seq):
+                raise BadSequence(f"worker meta numbered since={since!r}, seq={seq!r}")
+            rx = self._up_rx[w]
+            if rx.classify(since, seq) == "ignore":  # a replay, or sent before a loss
+                return
         enq, done = tuple(meta.enqueued), tuple(meta.completed)
         if not enq and not done:
+            if rx is not None and seq is not None and since is not None:
+                rx.accept(since, seq)
             return
         m, s = self.machine, self.machine.state
         sent = self._sent[w]
@@ -414,6 +451,8 @@ class HiSparseCoordinator:
                     heapq.heappush(self._host_free, h)
         for r in ended:
             self._retire_one(r)
+        if rx is not None and seq is not None and since is not None:
+            rx.accept(since, seq)
 
     def on_worker_lost(self, still_copying: Iterable[int], rank: int = 0) -> None:
         """Rank ``rank``'s worker restarted or a metadata message to or from it was lost
@@ -464,6 +503,9 @@ class HiSparseCoordinator:
         sent.clear()
         self._replacements.clear()
         self._resync = True
+        # a new epoch on both channels of the rank: nothing sent before is taken after
+        self._up_rx[w].lost()
+        self._down_since[w] = self._down_next
         self._retire(touched)
 
     # -- introspection (tests, benchmarks) ---------------------------------------

@@ -218,9 +218,77 @@ def RetiredUnreferenced(s: ProtocolState) -> Problems:
     return out
 
 
+def PublishedPageStable(s: ProtocolState) -> Problems:
+    """A published host page's bytes never change while it is published: no fresh
+    command names it, and no copy still running into it writes other bytes."""
+    cfg = s.config
+    valid = [h for h, st in enumerate(s.host_state) if st == "valid"]
+    if not valid:
+        return []
+    out: Problems = []
+    for w in range(cfg.ranks):
+        named = {t.dst for t in s.down[w].values()}
+        for h in valid:
+            if h in named:
+                out.append(f"a command to rank {w} names published host block {h}")
+            if w in s.host_data:
+                c = s.copying[w][h]
+                if c is not None and c != s.host_key[h]:
+                    out.append(f"rank {w} copies {c!r} over published host block {h} "
+                               f"({s.host_key[h]!r})")
+    return out
+
+
+def ReplayNotExecuted(s: ProtocolState) -> Problems:
+    """A replayed command is never executed twice: on every rank, an open transfer's
+    enqueued ack exists at most once (unreported, in a worker meta in flight, consumed)."""
+    dst = s.transfer_dst
+    out: Problems = []
+    for w in range(s.config.ranks):
+        count: dict[int, int] = {}
+        for h in {dst[t] for t in s.w_enq[w] if t in dst}:
+            count[h] = count.get(h, 0) + 1
+        for m in s.up[w]:
+            for h in {dst[t] for t in m.enqueued if t in dst}:
+                count[h] = count.get(h, 0) + 1
+        for h in s.open_spills:
+            sp = s.spill[h]
+            if sp is not None and w in sp.enq:
+                count[h] = count.get(h, 0) + 1
+        out += [f"rank {w} executed the command of open transfer into host block {h} "
+                f"{n} times" for h, n in sorted(count.items())
+                if n > 1 and s.spill[h] is not None]
+    return out
+
+
+def GapsDetected(s: ProtocolState) -> Problems:
+    """A gap is never silently skipped: unless rank w has an unnoticed gap, every command
+    it has not acknowledged as enqueued has a carrier on that rank (the command, its
+    enqueued ack unreported or in a worker meta in flight)."""
+    dst = s.transfer_dst
+    out: Problems = []
+    for w in range(s.config.ranks):
+        if s.lost[w]:
+            continue
+        owed = [h for h in s.open_spills
+                if (sp := s.spill[h]) is not None and sp.phase == "sent" and w not in sp.enq]
+        if not owed:
+            continue
+        carried = {t.dst for t in s.down[w].values()}
+        carried |= {dst[t] for t in s.w_enq[w] if t in dst}
+        carried |= {dst[t] for m in s.up[w] for t in m.enqueued if t in dst}
+        out += [f"rank {w} has not acknowledged the command into host block {h}, but "
+                f"nothing carries it and no gap is pending" for h in sorted(owed)
+                if h not in carried]
+    return out
+
+
 # Order of the TLC configuration: the first failing one is reported.
 INVARIANTS: dict[str, Callable[[ProtocolState], Problems]] = {
     "TypeOK": TypeOK,
+    "PublishedPageStable": PublishedPageStable,
+    "ReplayNotExecuted": ReplayNotExecuted,
+    "GapsDetected": GapsDetected,
     "NoDoubleOwnership": NoDoubleOwnership,
     "NoLeaseLeaked": NoLeaseLeaked,
     "NoReuseBeforeEnqueued": NoReuseBeforeEnqueued,

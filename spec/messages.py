@@ -44,10 +44,19 @@ class BlockTableReplacement(_Wire):
 
 
 class HiSparseConnectorMetadata(_Wire):
-    """Scheduler → worker, once per step: new page transfers and table replacements."""
+    """Scheduler → worker, once per step: new page transfers and table replacements.
+
+    ``seq`` numbers the metadata (it only grows; the same message goes to every rank);
+    ``since[w]``: the number of the first metadata after rank w's last worker loss. A
+    worker applies the number it expects next, ignores an older one (a replay, or one
+    sent before its restart) and refuses a newer one (``MessageGap``: one was lost).
+    None: unsequenced (tools and tests), applied as it comes, with no replay protection.
+    """
 
     transfers: tuple[SparseKVPageTransfer, ...] = ()
     replacements: tuple[BlockTableReplacement, ...] = ()
+    seq: int | None = Field(default=None, ge=0)
+    since: tuple[int, ...] | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> HiSparseConnectorMetadata:
@@ -57,6 +66,10 @@ class HiSparseConnectorMetadata(_Wire):
         dsts = [t.dst_host_block for t in self.transfers]
         if len(set(dsts)) != len(dsts):
             raise ValueError("two transfers target one host block in one connector metadata")
+        if (self.seq is None) != (self.since is None):
+            raise ValueError("seq and since come together")
+        if self.since is not None and any(f < 0 or f > (self.seq or 0) for f in self.since):
+            raise ValueError("since names a metadata number after this one")
         return self
 
 
@@ -67,9 +80,17 @@ class HiSparseWorkerMeta(_Wire):
     enqueued: tuple[int, ...] = ()
     completed: tuple[int, ...] = ()
     rank: int = Field(default=0, ge=0)
+    # numbered like the connector metadata, per rank: ``since`` is the number of the
+    # worker's first meta after its last restart (None: unsequenced)
+    seq: int | None = Field(default=None, ge=0)
+    since: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _unique(self) -> HiSparseWorkerMeta:
+        if (self.seq is None) != (self.since is None):
+            raise ValueError("seq and since come together")
+        if self.since is not None and self.since > (self.seq or 0):
+            raise ValueError("since names a worker meta after this one")
         for name, ids in (("enqueued", self.enqueued), ("completed", self.completed)):
             if len(set(ids)) != len(ids):
                 raise ValueError(f"duplicate transfer ID in {name}")
@@ -139,18 +160,27 @@ def trusted_replacement(
 
 
 def trusted_metadata(
-    transfers: tuple[SparseKVPageTransfer, ...], replacements: tuple[BlockTableReplacement, ...]
+    transfers: tuple[SparseKVPageTransfer, ...],
+    replacements: tuple[BlockTableReplacement, ...],
+    seq: int | None = None,
+    since: tuple[int, ...] | None = None,
 ) -> HiSparseConnectorMetadata:
     return _build(
-        HiSparseConnectorMetadata, {"transfers": transfers, "replacements": replacements}
+        HiSparseConnectorMetadata,
+        {"transfers": transfers, "replacements": replacements, "seq": seq, "since": since},
     )
 
 
 def trusted_worker_meta(
-    enqueued: tuple[int, ...], completed: tuple[int, ...], rank: int = 0
+    enqueued: tuple[int, ...],
+    completed: tuple[int, ...],
+    rank: int = 0,
+    seq: int | None = None,
+    since: int | None = None,
 ) -> HiSparseWorkerMeta:
     return _build(
-        HiSparseWorkerMeta, {"enqueued": enqueued, "completed": completed, "rank": rank}
+        HiSparseWorkerMeta,
+        {"enqueued": enqueued, "completed": completed, "rank": rank, "seq": seq, "since": since},
     )
 
 
