@@ -1,7 +1,7 @@
 """Sequence numbers on the two channels: telling a fresh message from a replay.
 
 Engines retry steps and re-send messages, so a message may arrive twice, late or never
-(tla/HiSparse.tla: DuplicateCommand, IgnoreReplay, LoseCommand, LoseMeta). Each
+(tla/HiSparse.tla: IgnoreReplay, LoseCommand, LoseMeta). Each
 connector metadata and each worker meta carries ``seq`` (it only grows) and ``since``
 (the number of the first message after the receiver's rank last went through the
 worker-loss path). The receiver applies the message numbered next, ignores an older

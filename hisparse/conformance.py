@@ -159,10 +159,6 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
         "up": tuple(
             tuple((hosts(m["enq"]), hosts(m["done"])) for m in u) for u in _by_rank(s["up"])
         ),
-        "stale": tuple(
-            frozenset((_index(t["src"]), _index(t["dst"])) for t in d)
-            for d in _by_rank(s["stale"])
-        ),
         "lost": tuple(bool(x) for x in _by_rank(s["lost"])),
         "copying": tuple(
             _by_index(c, lambda x: None if x == "idle" else str(x)) for c in _by_rank(s["copying"])
@@ -210,7 +206,6 @@ def canon_python(m: ProtocolMachine) -> Canon:
             tuple((frozenset(x["enq"]), frozenset(x["done"])) for x in u)
             for u in _by_rank(j["up"])
         ),
-        "stale": tuple(frozenset((t["src"], t["dst"]) for t in d) for d in _by_rank(j["stale"])),
         "lost": tuple(bool(x) for x in _by_rank(j["lost"])),
         "copying": tuple(tuple(c) for c in _by_rank(j["copying"])),
         "waits": tuple(frozenset(x) for x in _by_rank(j["waits"])),
@@ -261,10 +256,12 @@ def _call(m: ProtocolMachine, action: str, u: Canon, v: Canon) -> None:
         m.WorkerComplete(
             _changed(u["copying"][0], v["copying"][0], lambda x, y: x and y is None), 0
         )
-    elif action == "WorkerEnqueue":
+    elif action == "WorkerEnqueue" and not v["lost"][0]:
         ((src, dst),) = u["down"][0] - v["down"][0]
         (tid,) = [t.transfer_id for t in m.state.down[0].values() if (t.src, t.dst) == (src, dst)]
         m.WorkerEnqueue(tid, 0)
+    elif action == "WorkerEnqueue":  # WorkerNext's label: LoseCommand lands on a gap
+        _search(m, ACTIONS["LoseCommand"], v)
     elif action in ("WorkerReport", "ConsumeMeta", "WorkerLoss"):
         getattr(m, action)(0)
     elif action in ACTIONS:

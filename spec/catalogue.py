@@ -33,12 +33,11 @@ from hisparse.spec.tracetypes import BlockId, Frozen, Name, Page, Rank
 # The spec's variables, in the order of its ``vars`` tuple (and of a trace's ``post``).
 VARIABLES: tuple[str, ...] = (
     "req", "loc", "gpuOwner", "srcPin", "hostState", "hostKey", "prefix", "spill",
-    "down", "up", "stale", "lost", "copying", "waits", "reading", "wEnq", "wDone", "gpuData",
-    "hostData",
+    "down", "up", "lost", "copying", "waits", "reading", "wEnq", "wDone", "gpuData", "hostData",
 )
 # The variables indexed by rank (``[Ranks -> ...]``; ``hostData`` by copier rank).
 RANKED_VARIABLES: tuple[str, ...] = (
-    "down", "up", "stale", "lost", "copying", "waits", "reading", "wEnq", "wDone", "hostData",
+    "down", "up", "lost", "copying", "waits", "reading", "wEnq", "wDone", "hostData",
 )
 
 # --- argument models (one step of a trace) ---------------------------------------------
@@ -90,10 +89,10 @@ class NoArgs(Frozen):
 
 
 # What a test driver enumerates to call the ProtocolMachine method: a request ID, a
-# (page, host block) pair, a host block, a transfer ID, a stale copy's transfer ID, or
-# nothing; a ``ranked`` action takes a rank after them (a transfer: one in that rank's
-# ``down``; a stale copy: one in its ``stale``).
-Domain = Literal["request", "page_host", "host_block", "transfer", "stale", "none"]
+# (page, host block) pair, a host block, a transfer ID, a replayed command's (source,
+# destination), or nothing; a ``ranked`` action takes a rank after them (a transfer: one
+# in that rank's ``down``; a replay: one of the spec's Replayable(w)).
+Domain = Literal["request", "page_host", "host_block", "transfer", "replay", "none"]
 # How one field of the replay record is written in TLA+ (hisparse/tracecheck/encode.py):
 # a name, a page, a GPU or host block, or the host/GPU blocks an Arrive chose (read off
 # its ``loc`` change, so TLC need not enumerate the choice).
@@ -311,14 +310,9 @@ CATALOGUE: tuple[Action, ...] = (
         ranked=True,
     ),
     # the faulty channels (the system never records these: a receiver's ignored
-    # duplicate is a stutter, a noticed gap is WorkerLoss)
+    # replay is a stutter, a noticed gap is WorkerLoss)
     Action(
-        "DuplicateCommand", TransferArgs, "transfer", ("stale",),
-        "DuplicateCommand(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
-        (("rank", "rank"), ("src", "gpu"), ("dst", "host")), ranked=True,
-    ),
-    Action(
-        "IgnoreReplay", TransferArgs, "stale", ("stale",),
+        "IgnoreReplay", TransferArgs, "replay", (),
         "IgnoreReplay(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
         (("rank", "rank"), ("src", "gpu"), ("dst", "host")), (),
         (
@@ -361,8 +355,8 @@ def arguments(s: ProtocolState, domain: Domain, ranked: bool = False) -> list[tu
         ranks = range(s.config.ranks)
         if domain == "transfer":
             return [(tid, w) for w in ranks for tid in s.down[w]]
-        if domain == "stale":
-            return [(tid, w) for w in ranks for tid in s.stale[w]]
+        if domain == "replay":
+            return [(*t, w) for w in ranks for t in replayable(s, w)]
         return [(*a, w) for a in arguments(s, domain) for w in ranks]
     if domain == "request":
         return [(r,) for r in s.page_keys]
@@ -372,9 +366,21 @@ def arguments(s: ProtocolState, domain: Domain, ranked: bool = False) -> list[tu
         return [(h,) for h in hosts]
     if domain == "transfer":
         return [(tid,) for w in s.down for tid in w]
-    if domain == "stale":
-        return [(tid,) for w in s.stale for tid in w]
+    if domain == "replay":
+        return [t for w in range(s.config.ranks) for t in replayable(s, w)]
     return [()]
+
+
+def replayable(s: ProtocolState, w: int) -> list[tuple[int, int]]:
+    """The spec's Replayable(w) as (source, destination): the command of an open transfer
+    no longer in rank w's ``down``, or any GPU block with a published host block."""
+    out = {
+        (sp.src, h) for h in s.open_spills
+        if (sp := s.spill[h]) is not None and sp.transfer_id not in s.down[w]
+    }
+    valid = [h for h, st in enumerate(s.host_state) if st == "valid"]
+    out |= {(g, h) for g in range(s.config.gpu_blocks) for h in valid}
+    return sorted(out)
 
 
 def variant(bug: str) -> Variant:

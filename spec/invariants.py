@@ -132,11 +132,25 @@ def NoReuseBeforeEnqueued(s: ProtocolState) -> Problems:
 
 
 def NoPublishBeforeComplete(s: ProtocolState) -> Problems:
+    """A valid page has no copy of its own bytes, command or ack in flight (a copy of
+    other bytes into it is PublishedPageStable's)."""
     return [
         f"host block {h} is valid while its transfer is still in flight"
         for h, st in enumerate(s.host_state)
-        if st == "valid" and s.in_flight(h)
+        if st == "valid" and s.in_flight(h) and not _only_foreign_copies(s, h)
     ]
+
+
+def _only_foreign_copies(s: ProtocolState, h: int) -> bool:
+    """What names host block h in flight is only copies of bytes other than its key."""
+    dst = s.transfer_dst
+    return s.spill[h] is None and not any(
+        s.copying[w][h] == s.host_key[h]
+        or any(t.dst == h for t in s.down[w].values())
+        or any(dst.get(t) == h for t in (*s.w_enq[w], *s.w_done[w]))
+        or any(dst.get(t) == h for m in s.up[w] for t in (*m.enqueued, *m.completed))
+        for w in range(s.config.ranks)
+    )
 
 
 def PublishedDataCorrect(s: ProtocolState) -> Problems:
@@ -219,24 +233,15 @@ def RetiredUnreferenced(s: ProtocolState) -> Problems:
 
 
 def PublishedPageStable(s: ProtocolState) -> Problems:
-    """A published host page's bytes never change while it is published: no fresh
-    command names it, and no copy still running into it writes other bytes."""
-    cfg = s.config
+    """A published host page's bytes never change while it is published: no copy in any
+    rank's stream writes other bytes into it."""
     valid = [h for h, st in enumerate(s.host_state) if st == "valid"]
-    if not valid:
-        return []
-    out: Problems = []
-    for w in range(cfg.ranks):
-        named = {t.dst for t in s.down[w].values()}
-        for h in valid:
-            if h in named:
-                out.append(f"a command to rank {w} names published host block {h}")
-            if w in s.host_data:
-                c = s.copying[w][h]
-                if c is not None and c != s.host_key[h]:
-                    out.append(f"rank {w} copies {c!r} over published host block {h} "
-                               f"({s.host_key[h]!r})")
-    return out
+    return [
+        f"rank {w} copies {c!r} over published host block {h} ({s.host_key[h]!r})"
+        for w in sorted(s.host_data)
+        for h in valid
+        if (c := s.copying[w][h]) is not None and c != s.host_key[h]
+    ]
 
 
 def ReplayNotExecuted(s: ProtocolState) -> Problems:

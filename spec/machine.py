@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, cast
 
-from hisparse.spec.catalogue import variant
+from hisparse.spec.catalogue import replayable, variant
 from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import (
     AckNotOwed,
@@ -1006,36 +1006,28 @@ class ProtocolMachine:
 
     # -- the channels' faults ---------------------------------------------
 
-    def DuplicateCommand(self, transfer_id: int, w: int = 0) -> None:
-        """Command ``transfer_id`` to rank w is delivered twice: its second copy (numbered
-        below the worker's next sequence number) stays in flight, one per rank."""
-        s, a = self.state, "DuplicateCommand"
-        t = self._take(a, transfer_id, w)
-        if s.stale[w]:
-            raise ActionNotEnabled(a, f"a replayed command to rank {w} is already in flight")
-        s.stale[w][transfer_id] = t
-        if self._observed:  # nobody reads args otherwise
-            self._done(a, {"src": t.src, "dst": t.dst, "rank": w})
-
-    def IgnoreReplay(self, transfer_id: int, w: int = 0) -> None:
-        """A stale copy reaches rank w: numbered below the next sequence number, it is
-        ignored before any copy is enqueued."""
+    def IgnoreReplay(self, src: int, dst: int, w: int = 0) -> None:
+        """A stale copy of command src -> dst (a duplicate, or one sent before rank w's
+        last loss) reaches rank w: numbered below the next sequence number, it is
+        ignored before any copy is enqueued (a stutter)."""
         s, a = self.state, "IgnoreReplay"
-        if not 0 <= w < len(s.stale):
+        if not 0 <= w < len(s.down):
             self._rank(a, w)  # raises
-        t = s.stale[w].pop(transfer_id, None)
-        if t is None:
-            raise UnknownTransfer(transfer_id, f"{a}: no replayed copy in flight to rank {w}")
-        if self._executes_replay(t, w):  # only an injected bug
+        if (src, dst) not in replayable(s, w):
+            raise ActionNotEnabled(a, f"no command {src} -> {dst} was sent to rank {w} "
+                                      "that a replay could repeat")
+        if self._executes_replay(src, dst, w):  # only an injected bug
+            sp = s.spill[dst]
+            tid = sp.transfer_id if sp is not None else -1 - dst  # closed: no ID left
             if w in self.copiers:
-                s.copying[w][t.dst] = s.gpu_data[t.src]
-                s.copying_tid[w][t.dst] = transfer_id
-            s.transfer_dst.setdefault(transfer_id, t.dst)
-            s.w_enq[w].append(transfer_id)
+                s.copying[w][dst] = s.gpu_data[src]
+                s.copying_tid[w][dst] = tid
+            s.transfer_dst.setdefault(tid, HostBlock(dst))
+            s.w_enq[w].append(tid)
         if self._observed:  # nobody reads args otherwise
-            self._done(a, {"src": t.src, "dst": t.dst, "rank": w})
+            self._done(a, {"src": src, "dst": dst, "rank": w})
 
-    def _executes_replay(self, t: Transfer, w: int) -> bool:
+    def _executes_replay(self, src: int, dst: int, w: int) -> bool:
         """Whether the worker executes a replayed command: never (its number is old)."""
         return False
 
@@ -1087,8 +1079,7 @@ class ProtocolMachine:
                 out.append(("ConsumeMeta", partial(self.ConsumeMeta, w)))
             if s.lost[w] and self._loss_path_runs(w):  # fair: a gap is noticed (GapNoticed)
                 out.append(("WorkerLoss", partial(self.WorkerLoss, w)))
-            for tid in list(s.stale[w]):  # the network flushes its replays
-                out.append(("IgnoreReplay", partial(self.IgnoreReplay, tid, w)))
+
         for r, st in s.req.items():
             if st in ("finished", "aborted") and self.retire_refusal(r) is None:
                 out.append(("Retire", partial(self.Retire, r)))

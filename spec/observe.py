@@ -45,10 +45,6 @@ RANK_ENCODERS: dict[str, Callable[[ProtocolState, int], JSON]] = {
     "up": lambda s, w: [
         {"enq": _hosts(s, m.enqueued), "done": _hosts(s, m.completed)} for m in s.up[w]
     ],
-    "stale": lambda s, w: sorted(
-        ({"src": t.src, "dst": int(t.dst)} for t in s.stale[w].values()),
-        key=lambda d: (d["src"], d["dst"]),
-    ),
     "lost": lambda s, w: s.lost[w],
     "copying": lambda s, w: list(s.copying[w]),
     "waits": lambda s, w: sorted(int(h) for h in s.waits[w]),

@@ -95,9 +95,7 @@ class ProtocolState:
     # channels, one pair per rank (indexed by rank)
     down: list[dict[int, Transfer]] = field(default_factory=list)
     up: list[deque[Meta]] = field(default_factory=list)
-    # faulty channels: replayed copies of delivered commands (by transfer ID), and an
-    # unnoticed gap (a lost connector metadata or worker meta) per rank
-    stale: list[dict[int, Transfer]] = field(default_factory=list)
+    # faulty channels: per rank, an unnoticed gap (a lost connector metadata or worker meta)
     lost: list[bool] = field(default_factory=list)
     # workers, per rank
     copying: list[list[Key | None]] = field(default_factory=list)
@@ -134,7 +132,6 @@ class ProtocolState:
             spill=[None] * h,
             down=[{} for _ in w],
             up=[deque() for _ in w],
-            stale=[{} for _ in w],
             lost=[False for _ in w],
             copying=[[None] * h for _ in w],
             waits=[set() for _ in w],

@@ -192,7 +192,6 @@ class TracePost(Frozen):
     spill: dict[BlockId, SpillRecord | None] | None = None
     down: dict[Rank, list[TransferRecord]] | None = None
     up: dict[Rank, list[WorkerMeta]] | None = None
-    stale: dict[Rank, list[TransferRecord]] | None = None
     lost: dict[Rank, bool] | None = None
     copying: dict[Rank, dict[BlockId, Data | None]] | None = None
     waits: dict[Rank, list[BlockId]] | None = None
@@ -278,8 +277,7 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
     ranks = range(h.ranks)
     per_rank = {
         name: getattr(p, name) or {}
-        for name in ("down", "up", "stale", "lost", "copying", "waits", "reading", "wEnq",
-                     "wDone")
+        for name in ("down", "up", "lost", "copying", "waits", "reading", "wEnq", "wDone")
     }
     host_data = p.hostData or {}
     copying = per_rank["copying"]
@@ -291,7 +289,6 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
         (any(not set(v) <= set(ranks) for v in per_rank.values()), "names an unknown rank"),
         (not set(host_data) <= set(h.copiers()), "hostData names a rank with no host pool"),
         (any(_dup(list(d)) for d in per_rank["down"].values()), "down has duplicates"),
-        (any(_dup(list(d)) for d in per_rank["stale"].values()), "stale has duplicates"),
         (any(_dup(x) for x in per_rank["wEnq"].values()), "wEnq has duplicates"),
         (any(_dup(x) for x in per_rank["wDone"].values()), "wDone has duplicates"),
         (any(_dup(x) for x in per_rank["waits"].values()), "waits has duplicates"),

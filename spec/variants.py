@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hisparse.spec.lifecycle import TRANSFER
-from hisparse.spec.state import GARBAGE, HostBlock, Meta, Page, Tier, Transfer
+from hisparse.spec.state import GARBAGE, HostBlock, Meta, Page, Tier
 
 if TYPE_CHECKING:
     from hisparse.spec.machine import ProtocolMachine
@@ -180,16 +180,16 @@ def worker_skips_gap(m: ProtocolMachine, w: int) -> bool:
     return False
 
 
-def worker_applies_replay(m: ProtocolMachine, t: Transfer, w: int) -> bool:
+def worker_applies_replay(m: ProtocolMachine, src: int, dst: int, w: int) -> bool:
     """IgnoreReplay executes every replayed command as a fresh one."""
     return True
 
 
-def worker_forgets_published(m: ProtocolMachine, t: Transfer, w: int) -> bool:
+def worker_forgets_published(m: ProtocolMachine, src: int, dst: int, w: int) -> bool:
     """IgnoreReplay executes a replay of a transfer whose page is published (the worker
     pruned its record of the transfer at publication)."""
     s = m.state
-    return s.host_state[t.dst] == "valid" and s.spill[t.dst] is None
+    return s.host_state[dst] == "valid" and s.spill[dst] is None
 
 
 def loss_path_ignores_gaps(m: ProtocolMachine, w: int) -> bool:

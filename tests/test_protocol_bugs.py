@@ -235,10 +235,9 @@ def _worker_applies_replay(bug: str) -> ProtocolMachine:
     m = make_machine(bug)
     m.Arrive("r1")
     tid = m.StartSpill(("r1", 1), 0)
-    m.DuplicateCommand(tid)  # the connector metadata is delivered twice
     m.WorkerEnqueue(tid)
     m.WorkerReport()  # the enqueued ack is in flight
-    m.IgnoreReplay(tid)  # the second copy arrives: with the bug, executed again
+    m.IgnoreReplay(m.state.spill[0].src, 0)  # a second copy: with the bug, executed again
     m.drain()
     return m
 
@@ -249,12 +248,11 @@ def _worker_forgets_published(bug: str) -> ProtocolMachine:
     m = make_machine(bug, gpu_blocks=1)
     m.Arrive("r1")
     tid = m.StartSpill(("r1", 1), 0)
-    m.DuplicateCommand(tid)
     full_spill_tail(m, tid)
     assert m.state.host_state[0] == "valid"
     m.Finish("r1")
     m.Arrive("r3")  # reuses GPU block 0 (other bytes)
-    m.IgnoreReplay(tid)  # with the bug: GPU block 0 is copied over published block 0
+    m.IgnoreReplay(0, 0)  # with the bug: GPU block 0 is copied over published block 0
     m.drain()
     return m
 

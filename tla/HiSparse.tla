@@ -40,11 +40,13 @@
 (* refuses one numbered above it: a gap, reported to the engine, which     *)
 (* runs the worker-loss path (WorkerLoss). The model abstracts the        *)
 (* numbers to what the receivers can tell apart: `down` holds the fresh   *)
-(* commands, `stale` the copies numbered below the worker's next number   *)
-(* (DuplicateCommand, IgnoreReplay), `lost` an undetected gap on a rank's  *)
-(* channels (LoseCommand, LoseMeta). A late message is a gap (the later   *)
-(* one arrives first) followed by a stale copy; a duplicated or late      *)
-(* worker meta is ignored by the scheduler: a stuttering step.             *)
+(* commands, `lost` marks an unnoticed gap on a rank's channels            *)
+(* (LoseCommand, LoseMeta), and IgnoreReplay is a stale copy (numbered    *)
+(* below the next number) of a command sent earlier arriving: ignored, a  *)
+(* stuttering step, so no variable remembers the copies in flight. A late *)
+(* message is a gap (the later one arrives first) and then a stale copy;  *)
+(* a duplicated or late worker meta is ignored by the scheduler: a         *)
+(* stuttering step of the spec, not written as an action.                  *)
 (*                                                                         *)
 (* Tensor parallelism: every rank of `Ranks` holds the same KV bytes and *)
 (* runs its own worker: its own command channel, copy stream, acks and   *)
@@ -132,7 +134,6 @@ VARIABLES
     \* channels, one pair per rank
     down,       \* [Ranks -> SUBSET Transfers]: commands sent, not yet taken by the rank
     up,         \* [Ranks -> Seq(WorkerMeta)]: acks reported, not yet consumed
-    stale,      \* [Ranks -> SUBSET Transfers]: replayed copies of commands already delivered
     lost,       \* [Ranks -> BOOLEAN]: a message to or from the rank was lost, not yet noticed
     \* workers
     copying,    \* [Ranks -> [HostBlocks -> Data \cup {Idle}]]: copies in each rank's stream
@@ -146,9 +147,9 @@ VARIABLES
 
 schedVars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill>>
 workerVars == <<copying, waits, reading, wEnq, wDone>>
-netVars == <<stale, lost>>
+netVars == <<lost>>
 vars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
-          down, up, stale, lost, copying, waits, reading, wEnq, wDone, gpuData, hostData>>
+          down, up, lost, copying, waits, reading, wEnq, wDone, gpuData, hostData>>
 
 Init ==
     /\ req = [r \in Requests |-> "new"]
@@ -161,7 +162,6 @@ Init ==
     /\ spill = [h \in HostBlocks |-> NoSpill]
     /\ down = [w \in Ranks |-> {}]
     /\ up = [w \in Ranks |-> <<>>]
-    /\ stale = [w \in Ranks |-> {}]
     /\ lost = [w \in Ranks |-> FALSE]
     /\ copying = [w \in Ranks |-> [h \in HostBlocks |-> Idle]]
     /\ waits = [w \in Ranks |-> {}]
@@ -438,7 +438,7 @@ WorkerEnqueue(w, t) ==
                         THEN waits
                         ELSE [waits EXCEPT ![w] = @ \cup {t.dst}]
             /\ UNCHANGED copying
-    /\ UNCHANGED <<schedVars, up, stale, reading, wDone, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, up, reading, wDone, gpuData, hostData>>
 
 \* Injected defect: a received command is lost.
 WorkerDrop(w, t) ==
@@ -554,28 +554,29 @@ WorkerLoss(w) ==
           /\ hostKey' = n.hostKey
           /\ prefix' = n.prefix
           /\ hostData' = n.hostData
-    /\ UNCHANGED <<req, loc, stale, copying, waits, reading>>
+    /\ UNCHANGED <<req, loc, copying, waits, reading>>
 
 -----------------------------------------------------------------------------
 (* The channels' faults, each on one rank. *)
 
-\* Command t to rank w is delivered twice: the copy that arrives second is
-\* stale (numbered below the worker's next number). One stale copy per rank
-\* is in flight at a time: the worker ignores stale copies, so how many there
-\* are changes nothing else, and one is enough for a wrong rule to show.
-DuplicateCommand(w, t) ==
-    /\ t \in down[w]
-    /\ stale[w] = {}
-    /\ stale' = [stale EXCEPT ![w] = {t}]
-    /\ UNCHANGED <<schedVars, down, up, lost, workerVars, gpuData, hostData>>
+\* The commands a stale copy to rank w may carry: that of an open transfer
+\* whose command rank w no longer waits for (taken, or lost on the way), or
+\* one naming a published block (its source is not remembered once the
+\* transfer closed: any GPU block). Ignoring one changes nothing, so this
+\* set only matters for the injected bugs that execute replays.
+Replayable(w) ==
+    {[src |-> spill[h].src, dst |-> h] :
+        h \in {x \in HostBlocks : spill[x] # NoSpill
+                                 /\ [src |-> spill[x].src, dst |-> x] \notin down[w]}}
+    \cup {[src |-> g, dst |-> h] : g \in GpuBlocks, h \in {x \in HostBlocks : hostState[x] = "valid"}}
 
-\* A stale copy of t reaches rank w, at any later time (also after the
-\* worker restarted: the restart handshake keeps its next number). Its
-\* number is below the next one: the worker ignores it, enqueuing nothing.
+\* A stale copy of command t (a duplicate, or one sent before the rank's
+\* last loss) reaches rank w, at any later time, also after the worker
+\* restarted (the restart starts a new epoch of numbers). Its number is
+\* below the next one: the worker ignores it, enqueuing nothing: a stutter.
 \* (The injected bugs execute it as a fresh command.)
 IgnoreReplay(w, t) ==
-    /\ t \in stale[w]
-    /\ stale' = [stale EXCEPT ![w] = @ \ {t}]
+    /\ t \in Replayable(w)
     /\ LET Exec == \/ Bug = "worker_applies_replay"
                    \/ Bug = "worker_forgets_published" /\ hostState[t.dst] = "valid"
                                                        /\ spill[t.dst] = NoSpill
@@ -593,14 +594,14 @@ LoseCommand(w, t) ==
     /\ t \in down[w]
     /\ down' = [down EXCEPT ![w] = @ \ {t}]
     /\ lost' = [lost EXCEPT ![w] = TRUE]
-    /\ UNCHANGED <<schedVars, up, stale, workerVars, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, up, workerVars, gpuData, hostData>>
 
 \* Rank w's worker meta in flight never arrives: the gap shows at its next.
 LoseMeta(w) ==
     /\ up[w] # <<>>
     /\ up' = [up EXCEPT ![w] = <<>>]
     /\ lost' = [lost EXCEPT ![w] = TRUE]
-    /\ UNCHANGED <<schedVars, down, stale, workerVars, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, down, workerVars, gpuData, hostData>>
 
 \* A receiver notices rank w's gap (the next message is numbered above the
 \* one expected): it refuses it and the engine runs the worker-loss path.
@@ -627,9 +628,8 @@ WorkerNext ==
         \/ WorkerReport(w)
         \/ WorkerRead(w) \/ WorkerReadsDone(w)
         \/ WorkerLoss(w)
-        \/ \E t \in down[w] : DuplicateCommand(w, t)
         \/ \E t \in down[w] : LoseCommand(w, t)
-        \/ \E t \in stale[w] : IgnoreReplay(w, t)
+        \/ \E t \in Transfers : IgnoreReplay(w, t)
         \/ LoseMeta(w)
 
 Next == SchedulerNext \/ WorkerNext \/ Quiescent
@@ -664,7 +664,6 @@ TypeOK ==
     /\ prefix \in [Keys -> SUBSET HostBlocks]
     /\ spill \in [HostBlocks -> Spills \cup {NoSpill}]
     /\ down \in [Ranks -> SUBSET Transfers]
-    /\ stale \in [Ranks -> SUBSET Transfers]
     /\ lost \in [Ranks -> BOOLEAN]
     /\ \A w \in Ranks : \A i \in 1..Len(up[w]) : up[w][i] \in WorkerMeta
     /\ copying \in [Ranks -> [HostBlocks -> Data \cup {Idle}]]
@@ -706,10 +705,18 @@ NoReuseBeforeEnqueued ==
         /\ srcPin[g]
         /\ gpuData[g] = KeyOf(spill[h].page)
 
-\* A valid (published) host page has no copy or ack in flight on any rank.
+\* A valid (published) host page has no copy of its own bytes, command or ack in
+\* flight on any rank (a copy of other bytes into it is PublishedPageStable's:
+\* together they say that no copy into a published page is in flight).
 NoPublishBeforeComplete ==
     LET F == InFlightBlocks
-    IN \A h \in HostBlocks : hostState[h] = "valid" => h \notin F
+    IN \A h \in HostBlocks : hostState[h] = "valid" =>
+          \/ h \notin F
+          \/ /\ spill[h] = NoSpill
+             /\ \A w \in Ranks : /\ copying[w][h] # hostKey[h]
+                               /\ \A t \in down[w] : t.dst # h
+                               /\ h \notin wEnq[w] \cup wDone[w]
+                               /\ \A i \in 1..Len(up[w]) : h \notin up[w][i].enq \cup up[w][i].done
 
 \* The prefix index names only valid pages, and a valid page holds the bytes
 \* of the page it claims in every physical pool.
@@ -754,13 +761,11 @@ RetiredUnreferenced ==
     /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[gpuOwner[g][1]] # "new"
     /\ \A h \in HostBlocks : spill[h] # NoSpill => req[spill[h].page[1]] # "new"
 
-\* A published host page's bytes never change while it is published: no
-\* fresh command names it, and no copy still running into it (a copy from
-\* before a worker loss) writes other bytes than the page it holds.
+\* A published host page's bytes never change while it is published: no copy
+\* in any rank's stream writes other bytes into it.
 PublishedPageStable ==
-    \A w \in Ranks : \A h \in HostBlocks : hostState[h] = "valid" =>
-        /\ \A t \in down[w] : t.dst # h
-        /\ w \in Copiers => copying[w][h] \in {Idle, hostKey[h]}
+    \A w \in Copiers : \A h \in HostBlocks :
+        hostState[h] = "valid" => copying[w][h] \in {Idle, hostKey[h]}
 
 \* A replayed command is never executed twice: on every rank, an open
 \* transfer's enqueued ack exists at most once, unreported, in a worker meta

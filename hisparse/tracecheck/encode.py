@@ -162,7 +162,6 @@ def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
             _ranked(p.down, _transfers),
         ),
         ("up", _ranked(p.up, lambda ms: tup(_meta(m) for m in ms))),
-        ("stale", _ranked(p.stale, _transfers)),
         ("lost", _ranked(p.lost, boolean)),
         ("copying", _nested(p.copying, lambda x: "Idle" if x is None else string(x))),
         ("waits", _ranked(p.waits, hosts)),
