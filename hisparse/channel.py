@@ -1,18 +1,19 @@
 """Sequence numbers on the two channels: telling a fresh message from a replay.
 
 Engines retry steps and re-send messages, so a message may arrive twice, late or never
-(tla/HiSparse.tla: IgnoreReplay, LoseCommand, LoseMeta). Each
-connector metadata and each worker meta carries ``seq`` (it only grows) and ``since``
-(the number of the first message after the receiver's rank last went through the
-worker-loss path). The receiver applies the message numbered next, ignores an older
-one (a replay, or one sent before the loss) and refuses a newer one with
-``MessageGap``: one before it was lost, and the engine runs the worker-loss path. The
-loss path starts a new epoch on both sides, so nothing sent before it is taken after.
+(tla/HiSparse.tla: IgnoreReplay, LoseCommand, LoseMeta). Each connector metadata and
+each worker meta carries, for its rank, ``epoch`` (how many times the rank went through
+the worker-loss path: the worker counts its restarts, the coordinator its recoveries,
+and the loss path does both once), ``since`` (the number of the epoch's first message)
+and ``seq`` (it only grows). The receiver ignores a message of an older epoch (sent
+before the loss) or one numbered below the next (a replay), applies the one numbered
+next (the epoch's first: ``since``), and refuses one numbered past it with
+``MessageGap``: one before it was lost, and the engine runs the worker-loss path.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from hisparse.spec.errors import gap
@@ -22,56 +23,51 @@ Verdict = Literal["apply", "ignore"]
 
 @dataclass
 class Receiver:
-    """One rank's receiving end: the epoch it is in and the number it expects next."""
+    """One rank's receiving end: its epoch and the number it expects next."""
 
     direction: str
     rank: int
-    since: int = 0  # first number of the current epoch
-    next: int = 0
-    resync: bool = False  # the loss path ran: only a newer epoch's first message is taken
-    ignored: int = 0  # replays and pre-loss messages ignored (a statistic)
+    epoch: int = 0
+    next: int | None = None  # None: nothing taken in this epoch yet (expect ``since``)
+    ignored: int = field(default=0, compare=False)  # replays, pre-loss messages (a statistic)
 
-    def classify(self, since: int, seq: int) -> Verdict:
-        """Apply or ignore the message (since, seq); ``MessageGap`` if one was lost.
-        Changes nothing but the ignored count; ``accept`` after applying."""
-        if self.resync:
-            if since <= self.since:
-                self.ignored += 1
-                return "ignore"  # sent before the loss path
-            if seq != since:
-                raise gap(self.direction, self.rank, since, seq)
-            return "apply"
-        if since < self.since or (since == self.since and seq < self.next):
+    def classify(self, epoch: int, since: int, seq: int) -> Verdict:
+        """Apply or ignore the message; ``MessageGap`` if one before it was lost (or it
+        is of an epoch this side's loss path never started). Changes nothing but the
+        ignored count; ``accept`` after applying."""
+        expected = since if self.next is None else self.next
+        if epoch < self.epoch or (epoch == self.epoch and seq < expected):
             self.ignored += 1
             return "ignore"
-        if since > self.since:  # a new epoch this side's loss path did not start
-            raise gap(self.direction, self.rank, self.next, seq)
-        if seq > self.next:
-            raise gap(self.direction, self.rank, self.next, seq)
+        if epoch > self.epoch or seq > expected:
+            raise gap(self.direction, self.rank, expected, seq)
         return "apply"
 
-    def accept(self, since: int, seq: int) -> None:
-        """The message (since, seq) was applied: expect the one after it."""
-        self.since, self.next, self.resync = since, seq + 1, False
+    def accept(self, seq: int) -> None:
+        """The message ``seq`` was applied: expect the one after it."""
+        self.next = seq + 1
 
     def lost(self) -> None:
-        """The worker-loss path ran: ignore everything sent before it."""
-        self.resync = True
+        """The worker-loss path ran: a new epoch; nothing sent before it is taken."""
+        self.epoch += 1
+        self.next = None
 
 
 @dataclass
 class Sender:
-    """One sending end: the next number and the first number of the current epoch."""
+    """One sending end: its epoch, the epoch's first number and the next number."""
 
-    next: int = 0
+    epoch: int = 0
     since: int = 0
+    next: int = 0
 
-    def stamp(self) -> tuple[int, int]:
-        """(since, seq) for the next message."""
+    def stamp(self) -> tuple[int, int, int]:
+        """(epoch, since, seq) for the next message."""
         seq = self.next
         self.next += 1
-        return self.since, seq
+        return self.epoch, self.since, seq
 
     def new_epoch(self) -> None:
-        """The worker-loss path ran: the next message starts a new epoch."""
+        """The worker-loss path ran: the next message opens a new epoch."""
+        self.epoch += 1
         self.since = self.next

@@ -26,6 +26,7 @@ from hisparse.bench.cli import TARGETS as BENCH_TARGETS
 from hisparse.bench.cli import BenchFailed
 from hisparse.bugs import BUGS
 from hisparse.cliargs import (
+    fault_rate,
     in_file,
     nonneg_int,
     out_path,
@@ -342,6 +343,10 @@ def _register_simulate(sub: SubParsers) -> None:
                    metavar="K", help="lose the worker K times at seeded steps (restart, "
                    "and maybe that step's connector metadata); recovery through the "
                    "public API, invariants still checked (default: 0, none)")
+    w.add_argument("--message-faults", type=fault_rate, default=d.message_faults,
+                   metavar="RATE", help="chance per message of each channel fault: "
+                   "duplicated, delayed (after the next) or dropped, both directions, "
+                   "seeded; at most 1/3 (default: 0, none)")
     z = p.add_argument_group("sizes")
     z.add_argument("--gpu-blocks", type=positive_int, default=d.gpu_blocks,
                    help="GPU KV blocks in the pool")
@@ -415,7 +420,8 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         block_tokens=args.block_tokens, row_bytes=args.row_bytes, top_k=args.top_k,
         layers=args.layers, concurrency=args.max_running, num_speculative_tokens=args.speculative,
         executor=args.executor, check=not args.no_check, trace=args.trace,
-        worker_restarts=args.worker_restarts, tp=args.tp, backing=args.backing,
+        worker_restarts=args.worker_restarts, message_faults=args.message_faults,
+        tp=args.tp, backing=args.backing,
         worker_processes=args.worker_processes or args.tp > 1,
     )
 

@@ -91,8 +91,8 @@ class HiSparseConnector:
         transfers, replacements = c.take_commands()
         if not transfers and not replacements and not c.awaiting_acks():
             return None  # (while a transfer is open one goes every step: a loss shows)
-        seq, since = c.stamp_metadata()
-        return trusted_metadata(transfers, replacements, seq, since)
+        seq, since, epoch = c.stamp_metadata()
+        return trusted_metadata(transfers, replacements, seq, since, epoch)
 
     def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
         """Consume one rank's acks (enqueued releases sources, completed publishes).
@@ -148,4 +148,5 @@ class HiSparseConnector:
         stamp = w.stamp_meta(bool(enqueued or completed))
         if stamp is None:
             return None
-        return trusted_worker_meta(enqueued, completed, w.rank, stamp[1], stamp[0])
+        epoch, since, seq = stamp
+        return trusted_worker_meta(enqueued, completed, w.rank, seq, since, epoch)

@@ -126,6 +126,7 @@ class HiSparseCoordinator:
         # per rank the number of the first one after its last loss; the metas received
         self._down_next = 0
         self._down_since = [0] * self.ranks
+        self._down_epoch = [0] * self.ranks
         self._up_rx = [Receiver("worker meta", w) for w in range(self.ranks)]
 
     # -- requests -----------------------------------------------------------
@@ -354,11 +355,11 @@ class HiSparseCoordinator:
             ]
         return tuple(reps)
 
-    def stamp_metadata(self) -> tuple[int, tuple[int, ...]]:
-        """(seq, since) for the connector metadata built now (numbers only grow)."""
+    def stamp_metadata(self) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """(seq, since, epoch) for the connector metadata built now (numbers only grow)."""
         seq = self._down_next
         self._down_next = seq + 1
-        return seq, tuple(self._down_since)
+        return seq, tuple(self._down_since), tuple(self._down_epoch)
 
     def awaiting_acks(self) -> bool:
         """A transfer is open: a metadata goes every step, so a lost one shows."""
@@ -380,18 +381,23 @@ class HiSparseCoordinator:
         w = meta.rank
         if not (type(w) is int and 0 <= w < self.ranks):
             raise UnknownRank(w, self.ranks)
-        seq, since = meta.seq, meta.since
+        seq, since, epoch = meta.seq, meta.since, meta.epoch
         rx: Receiver | None = None
-        if seq is not None or since is not None:
-            if not (type(seq) is int and type(since) is int and 0 <= since <= seq):
-                raise BadSequence(f"worker meta numbered since={since!r}, seq={seq!r}")
+        if seq is not None or since is not None or epoch is not None:
+            if not (
+                type(seq) is int and type(since) is int and type(epoch) is int
+                and 0 <= since <= seq and epoch >= 0
+            ):
+                raise BadSequence(
+                    f"worker meta numbered epoch={epoch!r}, since={since!r}, seq={seq!r}"
+                )
             rx = self._up_rx[w]
-            if rx.classify(since, seq) == "ignore":  # a replay, or sent before a loss
+            if rx.classify(epoch, since, seq) == "ignore":  # a replay, or sent before a loss
                 return
         enq, done = tuple(meta.enqueued), tuple(meta.completed)
         if not enq and not done:
-            if rx is not None and seq is not None and since is not None:
-                rx.accept(since, seq)
+            if rx is not None and seq is not None:
+                rx.accept(seq)
             return
         m, s = self.machine, self.machine.state
         sent = self._sent[w]
@@ -451,8 +457,8 @@ class HiSparseCoordinator:
                     heapq.heappush(self._host_free, h)
         for r in ended:
             self._retire_one(r)
-        if rx is not None and seq is not None and since is not None:
-            rx.accept(since, seq)
+        if rx is not None and seq is not None:
+            rx.accept(seq)
 
     def on_worker_lost(self, still_copying: Iterable[int], rank: int = 0) -> None:
         """Rank ``rank``'s worker restarted or a metadata message to or from it was lost
@@ -506,6 +512,7 @@ class HiSparseCoordinator:
         # a new epoch on both channels of the rank: nothing sent before is taken after
         self._up_rx[w].lost()
         self._down_since[w] = self._down_next
+        self._down_epoch[w] += 1
         self._retire(touched)
 
     # -- introspection (tests, benchmarks) ---------------------------------------

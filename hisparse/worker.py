@@ -168,12 +168,12 @@ class HiSparseWorker:
         restart) is ignored before any copy is enqueued; one numbered past it raises
         ``MessageGap`` (one was lost: the engine runs the worker-loss path).
         """
-        epoch = self._epoch(meta)
-        if epoch is not None and self._down.classify(*epoch) == "ignore":
+        numbers = self._numbers(meta)
+        if numbers is not None and self._down.classify(*numbers) == "ignore":
             return
         self._apply(meta)
-        if epoch is not None:
-            self._down.accept(*epoch)
+        if numbers is not None:
+            self._down.accept(numbers[2])
             self._answer_due = True
 
     @property
@@ -181,14 +181,14 @@ class HiSparseWorker:
         """Sequenced metadata ignored as replays or as sent before a restart."""
         return self._down.ignored
 
-    def _epoch(self, meta: HiSparseConnectorMetadata) -> tuple[int, int] | None:
-        """(since, seq) of a sequenced metadata for this rank; None: unsequenced."""
-        if meta.seq is None or meta.since is None:
+    def _numbers(self, meta: HiSparseConnectorMetadata) -> tuple[int, int, int] | None:
+        """(epoch, since, seq) of a sequenced metadata for this rank; None: unsequenced."""
+        if meta.seq is None or meta.since is None or meta.epoch is None:
             return None
-        if not 0 <= self.rank < len(meta.since):
+        if not 0 <= self.rank < min(len(meta.since), len(meta.epoch)):
             raise WorkerError(f"connector metadata {meta.seq} numbers no epoch for rank "
                               f"{self.rank}")
-        return meta.since[self.rank], meta.seq
+        return meta.epoch[self.rank], meta.since[self.rank], meta.seq
 
     def _apply(self, meta: HiSparseConnectorMetadata) -> None:
         spec = self.layout
@@ -238,8 +238,8 @@ class HiSparseWorker:
         completed = tuple(self.executor.completed())
         return enqueued, completed
 
-    def stamp_meta(self, has_acks: bool) -> tuple[int, int] | None:
-        """(since, seq) for this step's worker meta, or None when no meta goes up: one
+    def stamp_meta(self, has_acks: bool) -> tuple[int, int, int] | None:
+        """(epoch, since, seq) for this step's worker meta, or None when no meta goes up: one
         goes with acks, and one answers every sequenced metadata applied (so a lost meta
         shows as a gap at the next one)."""
         if not (has_acks or self._answer_due):

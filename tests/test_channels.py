@@ -165,27 +165,42 @@ def test_a_lost_worker_meta_is_a_gap_and_a_replayed_one_is_ignored() -> None:
 def test_malformed_numbers_are_refused_and_change_nothing() -> None:
     p = Pair()
     before = p.c.state.clone()
-    bad = HiSparseWorkerMeta.model_construct(enqueued=(), completed=(), rank=0, seq=3, since=5)
-    with pytest.raises(BadSequence):
-        p.c.on_worker_meta(bad)
-    assert p.c.state == before
-    with pytest.raises(ValueError, match="seq and since"):
+    for seq, since, epoch in ((3, 5, 0), ("3", 0, 0), (3, 0, -1), (3, [0], 0)):
+        bad = HiSparseWorkerMeta.model_construct(
+            enqueued=(), completed=(), rank=0, seq=seq, since=since, epoch=epoch
+        )
+        with pytest.raises(BadSequence):
+            p.c.on_worker_meta(bad)
+        assert p.c.state == before
+    with pytest.raises(ValueError, match="seq, since and epoch"):
         HiSparseWorkerMeta(seq=1)
 
 
 def test_receiver_rules() -> None:
     rx = Receiver("test", 0)
-    assert rx.classify(0, 0) == "apply"
-    rx.accept(0, 0)
-    assert rx.classify(0, 0) == "ignore"  # a duplicate
+    assert rx.classify(0, 0, 0) == "apply"
+    rx.accept(0)
+    assert rx.classify(0, 0, 0) == "ignore"  # a duplicate
     with pytest.raises(MessageGap):
-        rx.classify(0, 2)  # 1 was lost
+        rx.classify(0, 0, 2)  # 1 was lost
     with pytest.raises(MessageGap):
-        rx.classify(3, 3)  # a new epoch this side never started
+        rx.classify(1, 3, 3)  # an epoch this side's loss path never started
     rx.lost()
-    assert rx.classify(0, 1) == "ignore"  # sent before the loss
+    assert rx.classify(0, 0, 1) == "ignore"  # sent before the loss
     with pytest.raises(MessageGap):
-        rx.classify(4, 5)  # the new epoch's first message (4) was lost
-    assert rx.classify(4, 4) == "apply"
-    rx.accept(4, 4)
-    assert rx.classify(4, 5) == "apply" and rx.ignored == 2
+        rx.classify(1, 4, 5)  # the new epoch's first message (4) was lost
+    assert rx.classify(1, 4, 4) == "apply"
+    rx.accept(4)
+    assert rx.classify(1, 4, 5) == "apply" and rx.ignored == 2
+
+
+def test_a_restart_before_any_message_still_takes_the_next_epoch() -> None:
+    """A loss before anything was sent: the new epoch starts at the same number."""
+    p = Pair(gpu_blocks=2)
+    p.sched.on_worker_lost(p.port.restart())
+    p.admit("A", ["kA1"], fill=0xAA)
+    p.c.spill(("A", 1))
+    p.send()
+    assert p.port.queued() != ()  # applied, not ignored as pre-loss
+    p.reply()
+    assert p.c.state.host_state[0] == "valid"

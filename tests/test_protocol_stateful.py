@@ -67,7 +67,8 @@ class ProtocolStateful(RuleBasedStateMachine):
     @rule(
         action=st.sampled_from(
             ["Arrive", "Finish", "Abort", "StartSpill", "EvictHost", "WorkerEnqueue",
-             "WorkerComplete", "WorkerReport", "ConsumeMeta", "Retire", "add_request"]
+             "WorkerComplete", "WorkerReport", "ConsumeMeta", "Retire", "add_request",
+             "IgnoreReplay", "LoseCommand", "LoseMeta"]
         ),
         r=st.sampled_from(REQUESTS),
         p=st.sampled_from(PAGES),
@@ -81,6 +82,8 @@ class ProtocolStateful(RuleBasedStateMachine):
             "EvictHost": (n,), "WorkerEnqueue": (n, w), "WorkerComplete": (n, w),
             "WorkerReport": (w,), "ConsumeMeta": (w,), "Retire": (r,),
             "add_request": (r, UNIVERSE[r]),
+            # the channels' faults: a replay (of a command sent or not), a loss
+            "IgnoreReplay": (n % GPU, n, w), "LoseCommand": (n, w), "LoseMeta": (w,),
         }
         self.attempt(action, *args[action])
 
