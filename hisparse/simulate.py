@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -590,12 +591,15 @@ class Simulation:
                 if self.faults is None:
                     port.bind(raw)
                     continue
-                for m in self.faults.route("down", port.rank, raw):
-                    try:
+                sent = self.faults.route("down", port.rank, raw)
+                try:
+                    for m in sent:
                         port.bind(m)
-                    except MessageGap:  # one before it was lost: the worker-loss path
-                        self._gap(port.rank, t)
-                        break
+                except MessageGap:  # one before it was lost: the worker-loss path
+                    self._gap(port.rank, t)
+                    continue
+                if raw not in sent:  # dropped or held back: the step's decode needs it,
+                    self._gap(port.rank, t)  # so the worker notices now
 
     def _gap(self, rank: int, t: int) -> None:
         """A receiver refused a message past a lost one: restart that rank's worker and
@@ -634,9 +638,9 @@ class Simulation:
             faults, self.faults = self.faults, None
             for port in self.ports:
                 for m in faults.flush("down", port.rank):
-                    self._late(lambda m=m, port=port: port.bind(m), port.rank)
+                    self._late(partial(port.bind, m), port.rank)
                 for m in faults.flush("up", port.rank):
-                    self._late(lambda m=m: self.sched.update_connector_output(m), port.rank)
+                    self._late(partial(self.sched.update_connector_output, m), port.rank)
             self.report.message_faults = dict(faults.counts)
         for _ in range(3):  # send what is left, land every copy, deliver every ack
             self._bind(self.sched.build_connector_meta(), self._t)

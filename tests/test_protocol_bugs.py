@@ -237,7 +237,9 @@ def _worker_applies_replay(bug: str) -> ProtocolMachine:
     tid = m.StartSpill(("r1", 1), 0)
     m.WorkerEnqueue(tid)
     m.WorkerReport()  # the enqueued ack is in flight
-    m.IgnoreReplay(m.state.spill[0].src, 0)  # a second copy: with the bug, executed again
+    sp = m.state.spill[0]
+    assert sp is not None
+    m.IgnoreReplay(sp.src, 0)  # a second copy: with the bug, executed again
     m.drain()
     return m
 

@@ -67,7 +67,7 @@ def test_list_bugs_matches_registry() -> None:
 # An ended request that still holds a lease or an open transfer cannot retire, so the
 # bugs that leave one behind for an ended request refute EndedRetired as well.
 PROPERTY_BUG_FAILS = {
-    "worker_drops_transfer": {
+    "loss_path_ignores_gaps": {
         "TransfersComplete", "LeasesReleased", "AbortedFreed", "EndedRetired"
     },
     "batched_done_before_enqueued": {
