@@ -45,7 +45,8 @@ MODEL = "MC_gen"
 GEN_REQUESTS: dict[str, tuple[str, ...]] = {"r1": ("k1", "k2"), "r2": ("k1",)}
 GEN_CONFIG = ProtocolConfig(gpu_blocks=2, host_pool_bytes=3, host_block_bytes=2, host_blocks=2)
 # TLC labels an edge with the definition that holds it: WorkerEnqueue sits in WorkerNext's
-# `\E t \in down : ...` (WorkerDrop is only enabled with its bug)
+# `\E t \in down : ...` (WorkerDrop is only enabled with its bug), and so does
+# LoseCommand (told apart below: it acks nothing)
 LABELS = {"WorkerNext": "WorkerEnqueue"}
 STUTTER = "Quiescent"
 
@@ -256,12 +257,10 @@ def _call(m: ProtocolMachine, action: str, u: Canon, v: Canon) -> None:
         m.WorkerComplete(
             _changed(u["copying"][0], v["copying"][0], lambda x, y: x and y is None), 0
         )
-    elif action == "WorkerEnqueue" and not v["lost"][0]:
+    elif action == "WorkerEnqueue":
         ((src, dst),) = u["down"][0] - v["down"][0]
         (tid,) = [t.transfer_id for t in m.state.down[0].values() if (t.src, t.dst) == (src, dst)]
         m.WorkerEnqueue(tid, 0)
-    elif action == "WorkerEnqueue":  # WorkerNext's label: LoseCommand lands on a gap
-        _search(m, ACTIONS["LoseCommand"], v)
     elif action in ("WorkerReport", "ConsumeMeta", "WorkerLoss"):
         getattr(m, action)(0)
     elif action in ACTIONS:
@@ -329,6 +328,8 @@ def replay_graph(g: StateGraph) -> ConformanceReport:
                 stutters += 1
                 continue
             action = LABELS.get(label, label)
+            if action == "WorkerEnqueue" and canon[u]["wEnq"] == canon[v]["wEnq"]:
+                action = "LoseCommand"  # the same label; a command taken is acked
             m = copy.deepcopy(machines[u])
             try:
                 _call(m, action, canon[u], canon[v])
