@@ -135,13 +135,6 @@ def _blocks(
     return [(block(b), value(v)) for b, v in sorted(delta.items())]
 
 
-def _transfers(ts: Any) -> str:
-    """A set of commands (``down``, ``stale``)."""
-    return tla_set(
-        record([("src", gpu(s)), ("dst", host(d))]) for s, d in sorted((t.src, t.dst) for t in ts)
-    )
-
-
 def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
     """The reported variables of ``p``: changed entries of a function-valued variable as
     ``Pairs`` (applied to the variable's value before the step), other values whole."""
@@ -159,7 +152,13 @@ def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
         ("spill", _blocks(p.spill, host, _spill)),
         (
             "down",
-            _ranked(p.down, _transfers),
+            _ranked(
+                p.down,
+                lambda ts: tla_set(
+                    record([("src", gpu(s)), ("dst", host(d))])
+                    for s, d in sorted((t.src, t.dst) for t in ts)
+                ),
+            ),
         ),
         ("up", _ranked(p.up, lambda ms: tup(_meta(m) for m in ms))),
         ("lost", _ranked(p.lost, boolean)),
