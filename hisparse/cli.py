@@ -26,6 +26,7 @@ from hisparse.bench.cli import TARGETS as BENCH_TARGETS
 from hisparse.bench.cli import BenchFailed
 from hisparse.bugs import BUGS
 from hisparse.cliargs import (
+    fault_rate,
     in_file,
     nonneg_int,
     out_path,
@@ -346,6 +347,10 @@ def _register_simulate(sub: SubParsers) -> None:
                    metavar="K", help="lose the worker K times at seeded steps (restart, "
                    "and maybe that step's connector metadata); recovery through the "
                    "public API, invariants still checked (default: 0, none)")
+    w.add_argument("--message-faults", type=fault_rate, default=d.message_faults,
+                   metavar="RATE", help="chance per message of each channel fault: "
+                   "duplicated, delayed (after the next) or dropped, both directions, "
+                   "seeded; at most 1/3 (default: 0, none)")
     z = p.add_argument_group("sizes")
     z.add_argument("--gpu-blocks", type=positive_int, default=None,
                    help=f"GPU KV blocks in the pool (default: {d.gpu_blocks}; mooncake: "
@@ -441,7 +446,8 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         layers=args.layers, num_speculative_tokens=args.speculative,
         concurrency=args.max_running if args.max_running is not None else d.concurrency,
         executor=args.executor or d.executor, check=not args.no_check, trace=args.trace,
-        worker_restarts=args.worker_restarts, tp=args.tp, backing=args.backing,
+        worker_restarts=args.worker_restarts, message_faults=args.message_faults,
+        tp=args.tp, backing=args.backing,
         worker_processes=args.worker_processes or args.tp > 1,
     )
 

@@ -66,6 +66,14 @@ def probability(text: str) -> float:
     return x
 
 
+def fault_rate(text: str) -> float:
+    """A chance per message of each of three faults: a number in [0, 1/3]."""
+    x = _float(text, "must be a number between 0 and 1/3")
+    if not 0 <= x <= 1 / 3:
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1/3, got {text}")
+    return x
+
+
 def csv_of(item: Callable[[str], float]) -> Callable[[str], tuple[float, ...]]:
     """A comma-separated, non-empty list of ``item``."""
 

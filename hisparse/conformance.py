@@ -45,7 +45,8 @@ MODEL = "MC_gen"
 GEN_REQUESTS: dict[str, tuple[str, ...]] = {"r1": ("k1", "k2"), "r2": ("k1",)}
 GEN_CONFIG = ProtocolConfig(gpu_blocks=2, host_pool_bytes=3, host_block_bytes=2, host_blocks=2)
 # TLC labels an edge with the definition that holds it: WorkerEnqueue sits in WorkerNext's
-# `\E t \in down : ...` (WorkerDrop is only enabled with its bug)
+# `\E t \in down : ...` (WorkerDrop is only enabled with its bug), and so does
+# LoseCommand (told apart below: it acks nothing)
 LABELS = {"WorkerNext": "WorkerEnqueue"}
 STUTTER = "Quiescent"
 
@@ -159,6 +160,7 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
         "up": tuple(
             tuple((hosts(m["enq"]), hosts(m["done"])) for m in u) for u in _by_rank(s["up"])
         ),
+        "lost": tuple(bool(x) for x in _by_rank(s["lost"])),
         "copying": tuple(
             _by_index(c, lambda x: None if x == "idle" else str(x)) for c in _by_rank(s["copying"])
         ),
@@ -205,6 +207,7 @@ def canon_python(m: ProtocolMachine) -> Canon:
             tuple((frozenset(x["enq"]), frozenset(x["done"])) for x in u)
             for u in _by_rank(j["up"])
         ),
+        "lost": tuple(bool(x) for x in _by_rank(j["lost"])),
         "copying": tuple(tuple(c) for c in _by_rank(j["copying"])),
         "waits": tuple(frozenset(x) for x in _by_rank(j["waits"])),
         "reading": tuple(frozenset(x) for x in _by_rank(j["reading"])),
@@ -325,6 +328,8 @@ def replay_graph(g: StateGraph) -> ConformanceReport:
                 stutters += 1
                 continue
             action = LABELS.get(label, label)
+            if action == "WorkerEnqueue" and canon[u]["wEnq"] == canon[v]["wEnq"]:
+                action = "LoseCommand"  # the same label; a command taken is acked
             m = copy.deepcopy(machines[u])
             try:
                 _call(m, action, canon[u], canon[v])

@@ -99,9 +99,10 @@ class HiSparseConnector:
         if c is None:
             raise RuntimeError(_NOT_SCHEDULER)
         transfers, replacements = c.take_commands()
-        if not transfers and not replacements:
-            return None
-        return trusted_metadata(transfers, replacements)
+        if not transfers and not replacements and not c.awaiting_acks():
+            return None  # (while a transfer is open one goes every step: a loss shows)
+        seq, since, epoch = c.stamp_metadata()
+        return trusted_metadata(transfers, replacements, seq, since, epoch)
 
     def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
         """Consume one rank's acks (enqueued releases sources, completed publishes).
@@ -118,9 +119,10 @@ class HiSparseConnector:
         c.on_worker_meta(worker_meta)
 
     def on_worker_lost(self, still_copying: Sequence[int], rank: int = 0) -> None:
-        """Rank ``rank``'s worker restarted or a step's metadata to or from it was lost:
-        recover the coordinator (``still_copying`` is what that restarted worker's
-        ``restart_worker`` returned)."""
+        """Rank ``rank``'s worker restarted or a step's metadata to or from it was lost
+        (a ``MessageGap`` on either side): recover the coordinator (``still_copying`` is
+        what that restarted worker's ``restart_worker`` returned). Messages sent before
+        are ignored after: both sides start a new epoch of sequence numbers."""
         self.coordinator.on_worker_lost(still_copying, rank)
 
     # -- worker side ------------------------------------------------------------
@@ -134,7 +136,9 @@ class HiSparseConnector:
     def bind_connector_metadata(
         self, meta: HiSparseConnectorMetadata | bytes | None
     ) -> None:
-        """Hand this step's commands to the worker: copies enqueue, tables update."""
+        """Hand this step's commands to the worker: copies enqueue, tables update. A
+        replayed metadata is ignored; ``MessageGap`` if one before it was lost (run the
+        worker-loss path: ``restart_worker``, then the scheduler's ``on_worker_lost``)."""
         if meta is None:
             return
         if isinstance(meta, bytes):
@@ -146,8 +150,13 @@ class HiSparseConnector:
         return self.worker.restart()
 
     def get_worker_meta(self) -> HiSparseWorkerMeta | None:
-        """Transfer IDs enqueued and completed since the last call; None if none."""
-        enqueued, completed = self.worker.take_acks()
-        if not enqueued and not completed:
+        """Transfer IDs enqueued and completed since the last call, numbered (a meta also
+        answers every sequenced metadata the worker applied, empty if need be); None if
+        there is nothing to send."""
+        w = self.worker
+        enqueued, completed = w.take_acks()
+        stamp = w.stamp_meta(bool(enqueued or completed))
+        if stamp is None:
             return None
-        return trusted_worker_meta(enqueued, completed, self.worker.rank)
+        epoch, since, seq = stamp
+        return trusted_worker_meta(enqueued, completed, w.rank, seq, since, epoch)

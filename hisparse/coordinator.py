@@ -39,9 +39,15 @@ from itertools import islice
 from typing import NamedTuple
 
 from hisparse.blockpool import KVCacheManager
+from hisparse.channel import Receiver
 from hisparse.config import HiSparseConfig
-from hisparse.msgshape import worker_meta_ids
-from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownRank, UnknownTransfer
+from hisparse.msgshape import worker_meta_ids, worker_meta_numbers
+from hisparse.spec.errors import (
+    ActionNotEnabled,
+    ProtocolError,
+    UnknownRank,
+    UnknownTransfer,
+)
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import (
     BlockTableReplacement,
@@ -117,6 +123,12 @@ class HiSparseCoordinator:
         self.evictions = 0  # published host pages evicted to make room
         self.prefix_hits = 0
         self.retired = 0
+        # sequence numbers (hisparse/channel.py): the next connector metadata's number,
+        # per rank the number of the first one after its last loss; the metas received
+        self._down_next = 0
+        self._down_since = [0] * self.ranks
+        self._down_epoch = [0] * self.ranks
+        self._up_rx = [Receiver("worker meta", w) for w in range(self.ranks)]
 
     # -- requests -----------------------------------------------------------
 
@@ -345,6 +357,21 @@ class HiSparseCoordinator:
             ]
         return tuple(reps)
 
+    def stamp_metadata(self) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """(seq, since, epoch) for the connector metadata built now (numbers only grow)."""
+        seq = self._down_next
+        self._down_next = seq + 1
+        return seq, tuple(self._down_since), tuple(self._down_epoch)
+
+    def awaiting_acks(self) -> bool:
+        """A transfer is open: a metadata goes every step, so a lost one shows."""
+        return bool(self.machine.state.open_spills)
+
+    @property
+    def metas_ignored(self) -> int:
+        """Sequenced worker metas ignored as replays or as sent before a loss."""
+        return sum(rx.ignored for rx in self._up_rx)
+
     def on_worker_meta(self, meta: HiSparseWorkerMeta) -> None:
         """Rank ``meta.rank``'s acks: a transfer every rank enqueued releases its source
         lease (stream order); one no rank owes an ack for any more publishes its page.
@@ -356,10 +383,20 @@ class HiSparseCoordinator:
         w = meta.rank
         if not (type(w) is int and 0 <= w < self.ranks):
             raise UnknownRank(w, self.ranks)
+        numbers = worker_meta_numbers(meta)  # BadSequence when malformed
+        rx: Receiver | None = None
+        seq: int | None = None
+        if numbers is not None:
+            epoch, since, seq = numbers
+            rx = self._up_rx[w]
+            if rx.classify(epoch, since, seq) == "ignore":  # a replay, or sent before a loss
+                return
         # exact ints: a model_construct'ed meta may hold anything where the IDs go (read
         # there, not here, where mypyc would check the declared tuple type first)
         enq, done = worker_meta_ids(meta)
         if not enq and not done:
+            if rx is not None and seq is not None:
+                rx.accept(seq)
             return
         m, s = self.machine, self.machine.state
         sent = self._sent[w]
@@ -419,6 +456,8 @@ class HiSparseCoordinator:
                     heapq.heappush(self._host_free, h)
         for r in ended:
             self._retire_one(r)
+        if rx is not None and seq is not None:
+            rx.accept(seq)
 
     def on_worker_lost(self, still_copying: Iterable[int], rank: int = 0) -> None:
         """Rank ``rank``'s worker restarted or a metadata message to or from it was lost
@@ -469,6 +508,10 @@ class HiSparseCoordinator:
         sent.clear()
         self._replacements.clear()
         self._resync = True
+        # a new epoch on both channels of the rank: nothing sent before is taken after
+        self._up_rx[w].lost()
+        self._down_since[w] = self._down_next
+        self._down_epoch[w] += 1
         self._retire(touched)
 
     # -- introspection (tests, benchmarks) ---------------------------------------

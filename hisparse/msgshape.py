@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TypeGuard
 
-from hisparse.spec.errors import MalformedMessage
+from hisparse.spec.errors import BadSequence, MalformedMessage
 from hisparse.spec.messages import (
     BlockTableReplacement,
     HiSparseConnectorMetadata,
@@ -54,6 +54,38 @@ def worker_meta_ids(meta: HiSparseWorkerMeta) -> tuple[tuple[int, ...], tuple[in
     )
 
 
+def worker_meta_numbers(meta: HiSparseWorkerMeta) -> tuple[int, int, int] | None:
+    """A worker meta's (epoch, since, seq), exact ints; None: unsequenced; BadSequence
+    when they are malformed (wrong types, some missing, since after seq). Interpreted, as
+    ``worker_meta_ids``: compiled code would check the declared types first."""
+    seq = getattr(meta, "seq", None)
+    since = getattr(meta, "since", None)
+    epoch = getattr(meta, "epoch", None)
+    if seq is None and since is None and epoch is None:
+        return None
+    if not (
+        type(seq) is int and type(since) is int and type(epoch) is int
+        and 0 <= since <= seq and epoch >= 0
+    ):
+        raise BadSequence(f"worker meta numbered epoch={epoch!r}, since={since!r}, seq={seq!r}")
+    return epoch, since, seq
+
+
+def _numbers_problem(meta: HiSparseConnectorMetadata) -> str | None:
+    """Why a connector metadata's sequence fields are ill-typed, or None."""
+    seq = getattr(meta, "seq", None)
+    since = getattr(meta, "since", None)
+    epoch = getattr(meta, "epoch", None)
+    if seq is None and since is None and epoch is None:
+        return None
+    if type(seq) is not int or seq < 0:
+        return f"seq is {_shown(seq)}, not a non-negative int"
+    for name, value in (("since", since), ("epoch", epoch)):
+        if not (_is_seq(value) and all(type(x) is int and x >= 0 for x in value)):
+            return f"{name} is {_shown(value)}, not a tuple of non-negative ints"
+    return None
+
+
 def connector_metadata_problem(meta: object) -> str | None:
     """Why ``meta`` is not a well-typed connector metadata, or None."""
     if not isinstance(meta, HiSparseConnectorMetadata):
@@ -85,4 +117,4 @@ def connector_metadata_problem(meta: object) -> str | None:
             value = getattr(r, field, _MISSING)
             if type(value) is not int:
                 return f"replacement {field} is {_shown(value)}, not an int"
-    return None
+    return _numbers_problem(meta)

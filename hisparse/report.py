@@ -118,6 +118,10 @@ def result_lines(doc: Doc) -> list[str]:
            if doc["sizes"].get("executor") == "accounting" else
            f"{doc['data_mismatches']:,} data mismatches (every returned row compared)"),
     ]
+    if doc.get("message_faults"):
+        mf = doc["message_faults"]
+        kinds = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in mf.items() if k != "gaps")
+        out.append(f"channels     {kinds}; {mf.get('gaps', 0):,} gaps took the loss path")
     if doc.get("worker_restarts"):
         out.append(
             f"faults       {doc['worker_restarts']:,} worker restarts recovered "

@@ -11,7 +11,9 @@ simulator wrote for that (page content, layer, position): ``data_mismatches`` mu
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +27,9 @@ from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.accounting import AccountingExecutor
 from hisparse.executor.base import Executor
 from hisparse.executor.reference import ReferenceExecutor
+from hisparse.msgfaults import MessageFaults
 from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
-from hisparse.spec.errors import InvariantViolation
+from hisparse.spec.errors import InvariantViolation, MessageGap
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
 from hisparse.spec.state import Loc
 from hisparse.worker import HiSparseWorker
@@ -74,6 +77,8 @@ class SimulateOptions:
     # worker losses (restarts), at seeded steps before the last arrival; each maybe
     # also loses that step's connector metadata. 0: none (the run is as without it)
     worker_restarts: int = 0
+    # chance per message of each channel fault (duplicate, delay, drop; seeded): 0 none
+    message_faults: float = 0.0
     check: bool = True
     trace: Path | None = None
     executor: str = "reference"  # or "cuda"
@@ -170,6 +175,9 @@ class SimulateReport:
     worker_restarts: int = 0  # worker losses recovered (--worker-restarts)
     metas_lost: int = 0  # of those: the step's connector metadata never reached the worker
     open_at_loss: int = 0  # transfers open when the worker was lost (summed over losses)
+    # --message-faults: each fault by direction and kind, and the gaps that took the
+    # worker-loss path (also counted in worker_restarts)
+    message_faults: dict[str, int] = field(default_factory=dict)
     trace_steps: int | None = None  # only with --trace
     sizes: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in SERIES})
@@ -263,6 +271,10 @@ class Simulation:
         )
         self._t = 0
         self._losses = self._loss_steps()
+        self.faults = (
+            MessageFaults(self.o.message_faults, self.o.seed, self.o.tp)
+            if self.o.message_faults > 0 else None
+        )
         # its own generator, so a run without losses draws exactly as before
         self._loss_rng = random.Random(f"worker-loss-{opts.seed}")
 
@@ -360,6 +372,7 @@ class Simulation:
             "seed": o.seed, "abort_rate": o.abort_rate, "check": o.check,
             **({"tp_ranks": o.tp, "backing": o.backing} if self._tp_fields() else {}),
             **({"worker_restarts": o.worker_restarts} if o.worker_restarts else {}),
+            **({"message_faults": o.message_faults} if o.message_faults else {}),
         }
 
     # -- workload -------------------------------------------------------------
@@ -553,7 +566,16 @@ class Simulation:
         if raw is not None:
             if self.metrics is not None:
                 self.metrics.on_worker_meta(WORKER_META.validate_json(raw), t)
-            self.sched.update_connector_output(raw)
+            faults = self.faults
+            if faults is None:
+                self.sched.update_connector_output(raw)
+                return
+            for m in faults.route("up", port.rank, raw):
+                try:
+                    self.sched.update_connector_output(m)
+                except MessageGap:  # one before it was lost: the worker-loss path
+                    self._gap(port.rank, t)
+                    return
 
     def _worker_lost(self, rank: int, busy: tuple[int, ...]) -> None:
         if self.o.tp == 1 and self.shared is None:
@@ -569,8 +591,28 @@ class Simulation:
                 self.metrics.on_connector_meta(meta, t)
             raw = CONNECTOR_METADATA.dump_json(meta)
             for port in self.ports:  # rank order: the writer (rank 0) takes it first
-                if port.rank != missed:
+                if port.rank == missed:
+                    continue
+                if self.faults is None:
                     port.bind(raw)
+                    continue
+                sent = self.faults.route("down", port.rank, raw)
+                try:
+                    for m in sent:
+                        port.bind(m)
+                except MessageGap:  # one before it was lost: the worker-loss path
+                    self._gap(port.rank, t)
+                    continue
+                if raw not in sent:  # dropped or held back: the step's decode needs it,
+                    self._gap(port.rank, t)  # so the worker notices now
+
+    def _gap(self, rank: int, t: int) -> None:
+        """A receiver refused a message past a lost one: restart that rank's worker and
+        recover (its next metadata opens the new epoch)."""
+        assert self.faults is not None
+        self.faults.counts["gaps"] += 1
+        self.report.message_faults = dict(self.faults.counts)
+        self._lose_worker(t, rank)
 
     def _lose_worker(self, t: int, rank: int) -> None:
         """Rank ``rank``'s worker restarts before this step's decode (public API only):
@@ -597,6 +639,14 @@ class Simulation:
             self.coordinator.abort(r)
             self.report.never_admitted += 1
         self.pending.clear()
+        if self.faults is not None:  # the network calms down: late messages arrive
+            faults, self.faults = self.faults, None
+            for port in self.ports:
+                for m in faults.flush("down", port.rank):
+                    self._late(partial(port.bind, m), port.rank)
+                for m in faults.flush("up", port.rank):
+                    self._late(partial(self.sched.update_connector_output, m), port.rank)
+            self.report.message_faults = dict(faults.counts)
         for _ in range(3):  # send what is left, land every copy, deliver every ack
             self._bind(self.sched.build_connector_meta(), self._t)
             for port in self.ports:
@@ -606,6 +656,13 @@ class Simulation:
         if self.metrics is not None:
             self.metrics.on_step(self.coordinator)
             self.metrics.flush()
+
+    def _late(self, deliver: Callable[[], None], rank: int) -> None:
+        """A held-back message arrives at the end: ignored, or a gap (the loss path)."""
+        try:
+            deliver()
+        except MessageGap:
+            self._lose_worker(self._t, rank)
 
     def _done(self, nxt: int) -> bool:
         return nxt >= len(self.arrivals) and not self.running and not self.pending

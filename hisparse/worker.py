@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from hisparse.channel import Receiver, Sender
 from hisparse.config import HiSparseConfig
 from hisparse.executor.base import CachePools, Executor, ResolveBatch, Resolved, ResolveResult
 from hisparse.msgshape import connector_metadata_problem
@@ -131,6 +132,10 @@ class HiSparseWorker:
         self._enqueued: list[int] = []
         self._landed: Counter[int] = Counter()
         self.d2h_bytes = 0
+        # sequence numbers (hisparse/channel.py): metadata received, worker metas sent
+        self._down = Receiver("connector metadata", rank)
+        self._up = Sender()
+        self._answer_due = False  # a sequenced metadata was applied: answer with a meta
 
     # -- requests ---------------------------------------------------------------
 
@@ -159,10 +164,36 @@ class HiSparseWorker:
     def apply(self, meta: HiSparseConnectorMetadata) -> None:
         """Enqueue this step's copies on every cache and apply table replacements.
 
-        Everything is checked first, so a bad command changes nothing.
+        Everything is checked first, so a bad command changes nothing. A sequenced
+        metadata numbered below the next one (a replay, or one sent before this worker's
+        restart) is ignored before any copy is enqueued; one numbered past it raises
+        ``MessageGap`` (one was lost: the engine runs the worker-loss path).
         """
         if (why := connector_metadata_problem(meta)) is not None:  # (model_construct)
             raise WorkerError(f"malformed connector metadata: {why}")
+        numbers = self._numbers(meta)
+        if numbers is not None and self._down.classify(*numbers) == "ignore":
+            return
+        self._apply(meta)
+        if numbers is not None:
+            self._down.accept(numbers[2])
+            self._answer_due = True
+
+    @property
+    def replays_ignored(self) -> int:
+        """Sequenced metadata ignored as replays or as sent before a restart."""
+        return self._down.ignored
+
+    def _numbers(self, meta: HiSparseConnectorMetadata) -> tuple[int, int, int] | None:
+        """(epoch, since, seq) of a sequenced metadata for this rank; None: unsequenced."""
+        if meta.seq is None or meta.since is None or meta.epoch is None:
+            return None
+        if not 0 <= self.rank < min(len(meta.since), len(meta.epoch)):
+            raise WorkerError(f"connector metadata {meta.seq} numbers no epoch for rank "
+                              f"{self.rank}")
+        return meta.epoch[self.rank], meta.since[self.rank], meta.seq
+
+    def _apply(self, meta: HiSparseConnectorMetadata) -> None:
         spec = self.layout
         transfers = meta.transfers
         if any(t.ranks is not None for t in transfers):  # some are not for every rank
@@ -199,6 +230,9 @@ class HiSparseWorker:
         completions are reported as usual once they land."""
         self._enqueued = []
         self.executor.completed()  # landed, never reported: the coordinator finds them idle
+        self._down.lost()  # nothing sent before the loss is taken after it
+        self._up.new_epoch()
+        self._answer_due = True  # the first meta after a restart opens the new epoch
         return tuple(self.executor.queued())
 
     def take_acks(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -206,6 +240,15 @@ class HiSparseWorker:
         enqueued, self._enqueued = tuple(self._enqueued), []
         completed = tuple(self.executor.completed())
         return enqueued, completed
+
+    def stamp_meta(self, has_acks: bool) -> tuple[int, int, int] | None:
+        """(epoch, since, seq) for this step's worker meta, or None when no meta goes up: one
+        goes with acks, and one answers every sequenced metadata applied (so a lost meta
+        shows as a gap at the next one)."""
+        if not (has_acks or self._answer_due):
+            return None
+        self._answer_due = False
+        return self._up.stamp()
 
     # -- decode -------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from hisparse.connector import MalformedMetadata
 from hisparse.executor.base import Executor
 from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
 from hisparse.sharedpool import ReadBeforeWriterEvent, SharedHostExecutor, SharedHostPool
+from hisparse.spec.errors import MessageGap
 from hisparse.spec.state import Loc, RequestId
 from hisparse.worker import WorkerError
 from hisparse.workerport import DecodeRows, LocalWorker
@@ -35,8 +36,8 @@ START_TIMEOUT_S = 120.0  # a fresh interpreter importing NumPy and pydantic: sec
 # errors the child reports that are raised here as the same type (one-message ones)
 _SAME_TYPE: dict[str, type[Exception]] = {
     cls.__name__: cls
-    for cls in (WorkerError, MalformedMetadata, BadTransfer, BadBatch, BadPlan, BadHostRead,
-                ReadBeforeWriterEvent, FrameError, ValueError)
+    for cls in (WorkerError, MessageGap, MalformedMetadata, BadTransfer, BadBatch, BadPlan,
+                BadHostRead, ReadBeforeWriterEvent, FrameError, ValueError)
 }
 
 

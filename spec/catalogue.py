@@ -33,11 +33,11 @@ from hisparse.spec.tracetypes import BlockId, Frozen, Name, Page, Rank
 # The spec's variables, in the order of its ``vars`` tuple (and of a trace's ``post``).
 VARIABLES: tuple[str, ...] = (
     "req", "loc", "gpuOwner", "srcPin", "hostState", "hostKey", "prefix", "spill",
-    "down", "up", "copying", "waits", "reading", "wEnq", "wDone", "gpuData", "hostData",
+    "down", "up", "lost", "copying", "waits", "reading", "wEnq", "wDone", "gpuData", "hostData",
 )
 # The variables indexed by rank (``[Ranks -> ...]``; ``hostData`` by copier rank).
 RANKED_VARIABLES: tuple[str, ...] = (
-    "down", "up", "copying", "waits", "reading", "wEnq", "wDone", "hostData",
+    "down", "up", "lost", "copying", "waits", "reading", "wEnq", "wDone", "hostData",
 )
 
 # --- argument models (one step of a trace) ---------------------------------------------
@@ -89,9 +89,10 @@ class NoArgs(Frozen):
 
 
 # What a test driver enumerates to call the ProtocolMachine method: a request ID, a
-# (page, host block) pair, a host block, a transfer ID, or nothing; a ``ranked`` action
-# takes a rank after them (a transfer: one in that rank's ``down``).
-Domain = Literal["request", "page_host", "host_block", "transfer", "none"]
+# (page, host block) pair, a host block, a transfer ID, a replayed command's (source,
+# destination), or nothing; a ``ranked`` action takes a rank after them (a transfer: one
+# in that rank's ``down``; a replay: one of the spec's Replayable(w)).
+Domain = Literal["request", "page_host", "host_block", "transfer", "replay", "none"]
 # How one field of the replay record is written in TLA+ (hisparse/tracecheck/encode.py):
 # a name, a page, a GPU or host block, or the host/GPU blocks an Arrive chose (read off
 # its ``loc`` change, so TLC need not enumerate the choice).
@@ -246,6 +247,10 @@ CATALOGUE: tuple[Action, ...] = (
         "WorkerEnqueue(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
         (("rank", "rank"), ("src", "gpu"), ("dst", "host")), (),
         (
+            Variant("worker_skips_gap", "GapsDetected", "invariant",
+                    "after a lost connector metadata the worker takes the next command "
+                    "anyway and resynchronizes its sequence number, skipping the gap",
+                    "_gap_blocks", variants.worker_skips_gap, ("lost",), model="ci"),
             Variant("reader_skips_writer_event", "LivePagesReadable", "invariant",
                     "a reader rank of a shared host pool acks a command without ordering its "
                     "stream after the writer's copy event", "_reader_orders_after_writer",
@@ -262,8 +267,9 @@ CATALOGUE: tuple[Action, ...] = (
         "WorkerDrop", TransferArgs, "transfer", ("down",),
         "WorkerDrop(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
         (("rank", "rank"), ("src", "gpu"), ("dst", "host")), (),
-        (Variant("worker_drops_transfer", "TransfersComplete", "property",
-                 "the worker may drop a received transfer command without enqueuing it",
+        (Variant("worker_drops_transfer", "GapsDetected", "invariant",
+                 "the worker may drop a received transfer command without enqueuing it "
+                 "(and reports no gap)",
                  "_worker_may_drop", variants.worker_drops_transfer),),
         injected_only=True,
         ranked=True,
@@ -283,7 +289,7 @@ CATALOGUE: tuple[Action, ...] = (
            readers_only=True),
     Action(
         "WorkerLoss", RankArgs, "none",
-        ("down", "up", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill",
+        ("down", "up", "lost", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill",
          "hostState", "hostKey", "prefix", "hostData"),
         "WorkerLoss(e.args.rank)", (("rank", "rank"),),
         (("transfer", "lost_running"), ("transfer", "lost_idle"), *_HOST_PAGE_OUT),
@@ -292,6 +298,10 @@ CATALOGUE: tuple[Action, ...] = (
                     "worker-loss recovery frees the destination of a transfer whose copy is "
                     "still running", "_loss_waits_for_busy",
                     variants.recover_frees_busy_destination),
+            Variant("loss_path_ignores_gaps", "TransfersComplete", "property",
+                    "the engine runs the worker-loss path only for a restart, never for a "
+                    "noticed gap: the rank refuses every later message for good",
+                    "_loss_path_runs", variants.loss_path_ignores_gaps, model="ci"),
             Variant("recover_publishes_unsent", "PublishedDataCorrect", "invariant",
                     "worker-loss recovery publishes a destination no copy is running into, "
                     "though its command may never have been enqueued",
@@ -299,6 +309,32 @@ CATALOGUE: tuple[Action, ...] = (
         ),
         ranked=True,
     ),
+    # the faulty channels (the system never records these: a receiver's ignored
+    # replay is a stutter, a noticed gap is WorkerLoss)
+    Action(
+        "IgnoreReplay", TransferArgs, "replay", (),
+        "IgnoreReplay(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
+        (("rank", "rank"), ("src", "gpu"), ("dst", "host")), (),
+        (
+            Variant("worker_applies_replay", "ReplayNotExecuted", "invariant",
+                    "the worker executes a replayed connector metadata's command again "
+                    "(no sequence-number check)", "_executes_replay",
+                    variants.worker_applies_replay, ("copying", "wEnq"), model="ci"),
+            Variant("worker_forgets_published", "PublishedPageStable", "invariant",
+                    "the worker forgets a transfer once its page is published and executes "
+                    "a later replay of it, copying a reused GPU block over the published "
+                    "page", "_executes_replay", variants.worker_forgets_published,
+                    ("copying", "wEnq"), model="ci"),
+        ),
+        ranked=True,
+    ),
+    Action(
+        "LoseCommand", TransferArgs, "transfer", ("down", "lost"),
+        "LoseCommand(e.args.rank, [src |-> e.args.src, dst |-> e.args.dst])",
+        (("rank", "rank"), ("src", "gpu"), ("dst", "host")), ranked=True,
+    ),
+    Action("LoseMeta", RankArgs, "none", ("up", "lost"), "LoseMeta(e.args.rank)",
+           (("rank", "rank"),), ranked=True),
 )
 
 ACTIONS: dict[str, Action] = {a.name: a for a in CATALOGUE}
@@ -319,6 +355,8 @@ def arguments(s: ProtocolState, domain: Domain, ranked: bool = False) -> list[tu
         ranks = range(s.config.ranks)
         if domain == "transfer":
             return [(tid, w) for w in ranks for tid in s.down[w]]
+        if domain == "replay":
+            return [(*t, w) for w in ranks for t in replayable(s, w)]
         return [(*a, w) for a in arguments(s, domain) for w in ranks]
     if domain == "request":
         return [(r,) for r in s.page_keys]
@@ -328,7 +366,21 @@ def arguments(s: ProtocolState, domain: Domain, ranked: bool = False) -> list[tu
         return [(h,) for h in hosts]
     if domain == "transfer":
         return [(tid,) for w in s.down for tid in w]
+    if domain == "replay":
+        return [t for w in range(s.config.ranks) for t in replayable(s, w)]
     return [()]
+
+
+def replayable(s: ProtocolState, w: int) -> list[tuple[int, int]]:
+    """The spec's Replayable(w) as (source, destination): the command of an open transfer
+    no longer in rank w's ``down``, or any GPU block with a published host block."""
+    out = {
+        (sp.src, h) for h in s.open_spills
+        if (sp := s.spill[h]) is not None and sp.transfer_id not in s.down[w]
+    }
+    valid = [h for h, st in enumerate(s.host_state) if st == "valid"]
+    out |= {(g, h) for g in range(s.config.gpu_blocks) for h in valid}
+    return sorted(out)
 
 
 def variant(bug: str) -> Variant:

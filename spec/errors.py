@@ -77,3 +77,25 @@ class IllegalTransition(ProtocolError):
 class MalformedMessage(ProtocolError):
     """A message built without validation (``model_construct``) holds a value of the
     wrong type where an ID goes; nothing was applied."""
+
+
+class MessageGap(ProtocolError):
+    """A sequenced message arrived numbered past the one expected next: a message before
+    it was lost. Nothing was applied; the engine runs the worker-loss path for ``rank``
+    (restart the worker, then ``on_worker_lost``)."""
+
+    def __init__(self, message: str, rank: int = -1) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def gap(direction: str, rank: int, expected: int, got: int) -> MessageGap:
+    """The gap a receiver reports: what it expected and what came."""
+    return MessageGap(
+        f"{direction} of rank {rank}: expected message {expected}, got {got} (one was "
+        "lost): run the worker-loss path", rank
+    )
+
+
+class BadSequence(ProtocolError):
+    """A message's sequence numbers are malformed (wrong types, since after seq)."""

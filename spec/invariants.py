@@ -132,11 +132,25 @@ def NoReuseBeforeEnqueued(s: ProtocolState) -> Problems:
 
 
 def NoPublishBeforeComplete(s: ProtocolState) -> Problems:
+    """A valid page has no copy of its own bytes, command or ack in flight (a copy of
+    other bytes into it is PublishedPageStable's)."""
     return [
         f"host block {h} is valid while its transfer is still in flight"
         for h, st in enumerate(s.host_state)
-        if st == "valid" and s.in_flight(h)
+        if st == "valid" and s.in_flight(h) and not _only_foreign_copies(s, h)
     ]
+
+
+def _only_foreign_copies(s: ProtocolState, h: int) -> bool:
+    """What names host block h in flight is only copies of bytes other than its key."""
+    dst = s.transfer_dst
+    return s.spill[h] is None and not any(
+        s.copying[w][h] == s.host_key[h]
+        or any(t.dst == h for t in s.down[w].values())
+        or any(dst.get(t) == h for t in (*s.w_enq[w], *s.w_done[w]))
+        or any(dst.get(t) == h for m in s.up[w] for t in (*m.enqueued, *m.completed))
+        for w in range(s.config.ranks)
+    )
 
 
 def PublishedDataCorrect(s: ProtocolState) -> Problems:
@@ -218,9 +232,68 @@ def RetiredUnreferenced(s: ProtocolState) -> Problems:
     return out
 
 
+def PublishedPageStable(s: ProtocolState) -> Problems:
+    """A published host page's bytes never change while it is published: no copy in any
+    rank's stream writes other bytes into it."""
+    valid = [h for h, st in enumerate(s.host_state) if st == "valid"]
+    return [
+        f"rank {w} copies {c!r} over published host block {h} ({s.host_key[h]!r})"
+        for w in sorted(s.host_data)
+        for h in valid
+        if (c := s.copying[w][h]) is not None and c != s.host_key[h]
+    ]
+
+
+def ReplayNotExecuted(s: ProtocolState) -> Problems:
+    """A replayed command is never executed twice: on every rank, an open transfer's
+    enqueued ack exists at most once (unreported, in a worker meta in flight, consumed)."""
+    dst = s.transfer_dst
+    out: Problems = []
+    for w in range(s.config.ranks):
+        count: dict[int, int] = {}
+        for h in {dst[t] for t in s.w_enq[w] if t in dst}:
+            count[h] = count.get(h, 0) + 1
+        for m in s.up[w]:
+            for h in {dst[t] for t in m.enqueued if t in dst}:
+                count[h] = count.get(h, 0) + 1
+        for h in s.open_spills:
+            sp = s.spill[h]
+            if sp is not None and w in sp.enq:
+                count[h] = count.get(h, 0) + 1
+        out += [f"rank {w} executed the command of open transfer into host block {h} "
+                f"{n} times" for h, n in sorted(count.items())
+                if n > 1 and s.spill[h] is not None]
+    return out
+
+
+def GapsDetected(s: ProtocolState) -> Problems:
+    """A gap is never silently skipped: unless rank w has an unnoticed gap, every command
+    it has not acknowledged as enqueued has a carrier on that rank (the command, its
+    enqueued ack unreported or in a worker meta in flight)."""
+    dst = s.transfer_dst
+    out: Problems = []
+    for w in range(s.config.ranks):
+        if s.lost[w]:
+            continue
+        owed = [h for h in s.open_spills
+                if (sp := s.spill[h]) is not None and sp.phase == "sent" and w not in sp.enq]
+        if not owed:
+            continue
+        carried = {t.dst for t in s.down[w].values()}
+        carried |= {dst[t] for t in s.w_enq[w] if t in dst}
+        carried |= {dst[t] for m in s.up[w] for t in m.enqueued if t in dst}
+        out += [f"rank {w} has not acknowledged the command into host block {h}, but "
+                f"nothing carries it and no gap is pending" for h in sorted(owed)
+                if h not in carried]
+    return out
+
+
 # Order of the TLC configuration: the first failing one is reported.
 INVARIANTS: dict[str, Callable[[ProtocolState], Problems]] = {
     "TypeOK": TypeOK,
+    "PublishedPageStable": PublishedPageStable,
+    "ReplayNotExecuted": ReplayNotExecuted,
+    "GapsDetected": GapsDetected,
     "NoDoubleOwnership": NoDoubleOwnership,
     "NoLeaseLeaked": NoLeaseLeaked,
     "NoReuseBeforeEnqueued": NoReuseBeforeEnqueued,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, cast
 
-from hisparse.spec.catalogue import variant
+from hisparse.spec.catalogue import replayable, variant
 from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import (
     AckNotOwed,
@@ -427,6 +427,9 @@ class ProtocolMachine:
         up = s.up[w]
         if not up:
             raise ActionNotEnabled("ConsumeMeta", f"no worker meta of rank {w} to consume")
+        if s.lost[w]:
+            raise ActionNotEnabled("ConsumeMeta", f"rank {w} has a gap: its metas are refused "
+                                                  "until the worker-loss path runs")
         meta = up[0]
         enq = self._resolve_ids(meta.enqueued, "sent", _NO_IDS, w) if meta.enqueued else []
         done = self._completed_hosts(meta, set(enq), w) if meta.completed else []
@@ -819,6 +822,8 @@ class ProtocolMachine:
                 raise ActionNotEnabled(
                     a, f"a reader's queued reads may still read host block {t.dst}: the "
                     "writer waits on its read-done event first")
+            if s.lost[w] and self._gap_blocks(w):
+                raise ActionNotEnabled(a, f"rank {w} has a gap: later commands are refused")
             del s.down[w][transfer_id]
             s.copying[w][t.dst] = s.gpu_data[t.src]
             s.copying_tid[w][t.dst] = transfer_id
@@ -826,6 +831,8 @@ class ProtocolMachine:
             t = self._take(a, transfer_id, w)  # raises unless a reader's command
             if not self._reader_may_enqueue(t):
                 raise ActionNotEnabled(a, f"rank {w} reads; the writer has not taken {t}")
+            if s.lost[w] and self._gap_blocks(w):
+                raise ActionNotEnabled(a, f"rank {w} has a gap: later commands are refused")
             del s.down[w][transfer_id]
             writer = s.config.writer
             if self._reader_orders_after_writer() and s.copying[writer][t.dst] is not None:
@@ -833,6 +840,11 @@ class ProtocolMachine:
         s.w_enq[w].append(transfer_id)
         if self._observed:  # nobody reads args otherwise
             self._done(a, {"src": t.src, "dst": t.dst, "rank": w})
+
+    def _gap_blocks(self, w: int) -> bool:
+        """Rank w has a gap (``lost``): the worker refuses every later command until the
+        worker-loss path has run."""
+        return True
 
     def _readers_hold(self, h: int) -> bool:
         """A reader's queued reads may still read host block h (the writer must wait)."""
@@ -936,8 +948,11 @@ class ProtocolMachine:
         s, a = self.state, "WorkerLoss"
         if not 0 <= w < len(s.down):
             self._rank(a, w)  # raises
+        if not self._loss_path_runs(w):
+            raise ActionNotEnabled(a, f"rank {w}'s gap is never handed to the loss path")
         s.down[w].clear()
         s.up[w].clear()
+        s.lost[w] = False  # a noticed gap is this path
         s.w_enq[w].clear()
         s.w_done[w].clear()
         copying, one = s.copying[w], self._one[w]
@@ -976,6 +991,10 @@ class ProtocolMachine:
             self._done(a, {"rank": w})
         return out
 
+    def _loss_path_runs(self, w: int) -> bool:
+        """The worker-loss path runs for a restart and for a noticed gap alike."""
+        return True
+
     def _loss_waits_for_busy(self) -> bool:
         """A sent transfer whose copy may still run is abandoned, its destination held."""
         return True
@@ -985,6 +1004,55 @@ class ProtocolMachine:
         never have been enqueued)."""
         return False
 
+    # -- the channels' faults ---------------------------------------------
+
+    def IgnoreReplay(self, src: int, dst: int, w: int = 0) -> None:
+        """A stale copy of command src -> dst (a duplicate, or one sent before rank w's
+        last loss) reaches rank w: numbered below the next sequence number, it is
+        ignored before any copy is enqueued (a stutter)."""
+        s, a = self.state, "IgnoreReplay"
+        if not 0 <= w < len(s.down):
+            self._rank(a, w)  # raises
+        if (src, dst) not in replayable(s, w):
+            raise ActionNotEnabled(a, f"no command {src} -> {dst} was sent to rank {w} "
+                                      "that a replay could repeat")
+        if self._executes_replay(src, dst, w):  # only an injected bug
+            sp = s.spill[dst]
+            tid = sp.transfer_id if sp is not None else -1 - dst  # closed: no ID left
+            if w in self.copiers:
+                s.copying[w][dst] = s.gpu_data[src]
+                s.copying_tid[w][dst] = tid
+            s.transfer_dst.setdefault(tid, HostBlock(dst))
+            s.w_enq[w].append(tid)
+        if self._observed:  # nobody reads args otherwise
+            self._done(a, {"src": src, "dst": dst, "rank": w})
+
+    def _executes_replay(self, src: int, dst: int, w: int) -> bool:
+        """Whether the worker executes a replayed command: never (its number is old)."""
+        return False
+
+    def LoseCommand(self, transfer_id: int, w: int = 0) -> None:
+        """The connector metadata carrying command ``transfer_id`` to rank w is lost; the
+        gap shows at the rank's next metadata."""
+        s, a = self.state, "LoseCommand"
+        t = self._take(a, transfer_id, w)
+        del s.down[w][transfer_id]
+        s.lost[w] = True
+        if self._observed:  # nobody reads args otherwise
+            self._done(a, {"src": t.src, "dst": t.dst, "rank": w})
+
+    def LoseMeta(self, w: int = 0) -> None:
+        """Rank w's worker meta in flight is lost; the gap shows at its next one."""
+        s, a = self.state, "LoseMeta"
+        if not 0 <= w < len(s.up):
+            self._rank(a, w)  # raises
+        if not s.up[w]:
+            raise ActionNotEnabled(a, f"no worker meta of rank {w} in flight")
+        s.up[w].clear()
+        s.lost[w] = True
+        if self._observed:  # nobody reads args otherwise
+            self._done(a, {"rank": w})
+
     # -- helpers for drivers ------------------------------------------------
 
     def enabled(self) -> list[tuple[str, Callable[[], object]]]:
@@ -993,6 +1061,8 @@ class ProtocolMachine:
         out: list[tuple[str, Callable[[], object]]] = []
         for w in range(s.config.ranks):
             for tid, t in list(s.down[w].items()):
+                if s.lost[w]:
+                    break
                 if (
                     (w in self.copiers and not self._readers_hold(t.dst))
                     or (w not in self.copiers and self._reader_may_enqueue(t))
@@ -1005,8 +1075,11 @@ class ProtocolMachine:
                     out.append(("WorkerComplete", partial(self.WorkerComplete, h, w)))
             if not s.up[w] and (s.w_enq[w] or s.w_done[w]):
                 out.append(("WorkerReport", partial(self.WorkerReport, w)))
-            if s.up[w]:
+            if s.up[w] and not s.lost[w]:
                 out.append(("ConsumeMeta", partial(self.ConsumeMeta, w)))
+            if s.lost[w] and self._loss_path_runs(w):  # fair: a gap is noticed (GapNoticed)
+                out.append(("WorkerLoss", partial(self.WorkerLoss, w)))
+
         for r, st in s.req.items():
             if st in ("finished", "aborted") and self.retire_refusal(r) is None:
                 out.append(("Retire", partial(self.Retire, r)))

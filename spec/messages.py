@@ -47,10 +47,21 @@ class BlockTableReplacement(_Wire):
 
 
 class HiSparseConnectorMetadata(_Wire):
-    """Scheduler → worker, once per step: new page transfers and table replacements."""
+    """Scheduler → worker, once per step: new page transfers and table replacements.
+
+    ``seq`` numbers the metadata (it only grows; the same message goes to every rank);
+    per rank w, ``epoch[w]`` counts its worker losses and ``since[w]`` is the number of
+    the epoch's first metadata. A worker applies the number it expects next, ignores an
+    older one (a replay, or one sent before its restart) and refuses a newer one
+    (``MessageGap``: one was lost). None: unsequenced (tools and tests), applied as it
+    comes, with no replay protection (hisparse/channel.py).
+    """
 
     transfers: tuple[SparseKVPageTransfer, ...] = ()
     replacements: tuple[BlockTableReplacement, ...] = ()
+    seq: int | None = Field(default=None, ge=0)
+    since: tuple[int, ...] | None = None
+    epoch: tuple[int, ...] | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> HiSparseConnectorMetadata:
@@ -60,6 +71,14 @@ class HiSparseConnectorMetadata(_Wire):
         dsts = [t.dst_host_block for t in self.transfers]
         if len(set(dsts)) != len(dsts):
             raise ValueError("two transfers target one host block in one connector metadata")
+        if not (self.seq is None) == (self.since is None) == (self.epoch is None):
+            raise ValueError("seq, since and epoch come together")
+        if self.since is not None and any(f < 0 or f > (self.seq or 0) for f in self.since):
+            raise ValueError("since names a metadata number after this one")
+        if self.epoch is not None and (
+            len(self.epoch) != len(self.since or ()) or any(e < 0 for e in self.epoch)
+        ):
+            raise ValueError("epoch needs one non-negative number per rank of since")
         return self
 
 
@@ -70,9 +89,18 @@ class HiSparseWorkerMeta(_Wire):
     enqueued: tuple[int, ...] = ()
     completed: tuple[int, ...] = ()
     rank: int = Field(default=0, ge=0)
+    # numbered like the connector metadata: ``epoch`` counts the worker's restarts,
+    # ``since`` is the number of the epoch's first meta (None: unsequenced)
+    seq: int | None = Field(default=None, ge=0)
+    since: int | None = Field(default=None, ge=0)
+    epoch: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _unique(self) -> HiSparseWorkerMeta:
+        if not (self.seq is None) == (self.since is None) == (self.epoch is None):
+            raise ValueError("seq, since and epoch come together")
+        if self.since is not None and self.since > (self.seq or 0):
+            raise ValueError("since names a worker meta after this one")
         for name, ids in (("enqueued", self.enqueued), ("completed", self.completed)):
             if len(set(ids)) != len(ids):
                 raise ValueError(f"duplicate transfer ID in {name}")
@@ -142,18 +170,42 @@ def trusted_replacement(
 
 
 def trusted_metadata(
-    transfers: tuple[SparseKVPageTransfer, ...], replacements: tuple[BlockTableReplacement, ...]
+    transfers: tuple[SparseKVPageTransfer, ...],
+    replacements: tuple[BlockTableReplacement, ...],
+    seq: int | None = None,
+    since: tuple[int, ...] | None = None,
+    epoch: tuple[int, ...] | None = None,
 ) -> HiSparseConnectorMetadata:
     return _build(
-        HiSparseConnectorMetadata, {"transfers": transfers, "replacements": replacements}
+        HiSparseConnectorMetadata,
+        {
+            "transfers": transfers,
+            "replacements": replacements,
+            "seq": seq,
+            "since": since,
+            "epoch": epoch,
+        },
     )
 
 
 def trusted_worker_meta(
-    enqueued: tuple[int, ...], completed: tuple[int, ...], rank: int = 0
+    enqueued: tuple[int, ...],
+    completed: tuple[int, ...],
+    rank: int = 0,
+    seq: int | None = None,
+    since: int | None = None,
+    epoch: int | None = None,
 ) -> HiSparseWorkerMeta:
     return _build(
-        HiSparseWorkerMeta, {"enqueued": enqueued, "completed": completed, "rank": rank}
+        HiSparseWorkerMeta,
+        {
+            "enqueued": enqueued,
+            "completed": completed,
+            "rank": rank,
+            "seq": seq,
+            "since": since,
+            "epoch": epoch,
+        },
     )
 
 

@@ -45,6 +45,7 @@ RANK_ENCODERS: dict[str, Callable[[ProtocolState, int], JSON]] = {
     "up": lambda s, w: [
         {"enq": _hosts(s, m.enqueued), "done": _hosts(s, m.completed)} for m in s.up[w]
     ],
+    "lost": lambda s, w: s.lost[w],
     "copying": lambda s, w: list(s.copying[w]),
     "waits": lambda s, w: sorted(int(h) for h in s.waits[w]),
     "reading": lambda s, w: sorted(int(h) for h in s.reading[w]),

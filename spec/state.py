@@ -95,6 +95,8 @@ class ProtocolState:
     # channels, one pair per rank (indexed by rank)
     down: list[dict[int, Transfer]] = field(default_factory=list)
     up: list[deque[Meta]] = field(default_factory=list)
+    # faulty channels: per rank, an unnoticed gap (a lost connector metadata or worker meta)
+    lost: list[bool] = field(default_factory=list)
     # workers, per rank
     copying: list[list[Key | None]] = field(default_factory=list)
     waits: list[set[int]] = field(default_factory=list)  # reader streams ordered after the writer
@@ -130,6 +132,7 @@ class ProtocolState:
             spill=[None] * h,
             down=[{} for _ in w],
             up=[deque() for _ in w],
+            lost=[False for _ in w],
             copying=[[None] * h for _ in w],
             waits=[set() for _ in w],
             reading=[set() for _ in w],

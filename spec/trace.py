@@ -209,6 +209,7 @@ class TracePost(Frozen):
     spill: dict[BlockId, SpillRecord | None] | None = None
     down: dict[Rank, list[TransferRecord]] | None = None
     up: dict[Rank, list[WorkerMeta]] | None = None
+    lost: dict[Rank, bool] | None = None
     copying: dict[Rank, dict[BlockId, Data | None]] | None = None
     waits: dict[Rank, list[BlockId]] | None = None
     reading: dict[Rank, list[BlockId]] | None = None
@@ -294,7 +295,7 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
     copiers = range(h.writer, h.writer + 1) if h.backing == "shared" else ranks
     per_rank = {
         name: getattr(p, name) or {}
-        for name in ("down", "up", "copying", "waits", "reading", "wEnq", "wDone")
+        for name in ("down", "up", "lost", "copying", "waits", "reading", "wEnq", "wDone")
     }
     host_data = p.hostData or {}
     copying = per_rank["copying"]

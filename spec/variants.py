@@ -172,3 +172,26 @@ def recover_frees_busy_destination(m: ProtocolMachine) -> bool:
 def recover_publishes_unsent(m: ProtocolMachine, busy: bool) -> bool:
     """Worker-loss recovery publishes a sent transfer's idle destination."""
     return not busy
+
+
+def worker_skips_gap(m: ProtocolMachine, w: int) -> bool:
+    """WorkerEnqueue takes a command past a gap and forgets the gap (resynchronizes)."""
+    m.state.lost[w] = False
+    return False
+
+
+def worker_applies_replay(m: ProtocolMachine, src: int, dst: int, w: int) -> bool:
+    """IgnoreReplay executes every replayed command as a fresh one."""
+    return True
+
+
+def worker_forgets_published(m: ProtocolMachine, src: int, dst: int, w: int) -> bool:
+    """IgnoreReplay executes a replay of a transfer whose page is published (the worker
+    pruned its record of the transfer at publication)."""
+    s = m.state
+    return s.host_state[dst] == "valid" and s.spill[dst] is None
+
+
+def loss_path_ignores_gaps(m: ProtocolMachine, w: int) -> bool:
+    """WorkerLoss runs only for a restart: a rank with a noticed gap is never recovered."""
+    return not m.state.lost[w]

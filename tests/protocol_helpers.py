@@ -140,7 +140,21 @@ def _worker_enqueue(m: ProtocolMachine, tid: int, w: int) -> bool:
     """A copier takes any command; a reader of a shared pool once the writer took it."""
     s = m.state
     cfg = s.config
-    return tid in s.down[w] and (w in cfg.copiers or tid not in s.down[cfg.writer])
+    return (
+        tid in s.down[w]
+        and not s.lost[w]  # after a gap the worker refuses every later command
+        and (w in cfg.copiers or tid not in s.down[cfg.writer])
+    )
+
+
+def _ignore_replay(m: ProtocolMachine, src: int, dst: int, w: int) -> bool:
+    """A stale copy of an open transfer's command rank w no longer waits for, or of any
+    command into a published block (the spec's Replayable)."""
+    s = m.state
+    sp = s.spill[dst]
+    if sp is not None:
+        return sp.src == src and sp.transfer_id not in s.down[w]
+    return s.host_state[dst] == "valid"
 
 
 GUARDS: dict[str, Guard] = {
@@ -150,12 +164,15 @@ GUARDS: dict[str, Guard] = {
     "StartSpill": _start_spill,
     "EvictHost": _evict,
     "Retire": _retire,
-    "ConsumeMeta": lambda m, w: bool(m.state.up[w]),
+    "ConsumeMeta": lambda m, w: bool(m.state.up[w]) and not m.state.lost[w],
     "WorkerEnqueue": _worker_enqueue,
     "WorkerDrop": lambda m, tid, w: m.state.config.bug == "worker_drops_transfer",
     "WorkerComplete": lambda m, h, w: m.state.copying[w][h] is not None,
     "WorkerReport": lambda m, w: not m.state.up[w] and bool(m.state.w_enq[w] or m.state.w_done[w]),
     "WorkerLoss": lambda m, w: True,
+    "IgnoreReplay": _ignore_replay,
+    "LoseCommand": lambda m, tid, w: tid in m.state.down[w],
+    "LoseMeta": lambda m, w: bool(m.state.up[w]),
 }
 
 

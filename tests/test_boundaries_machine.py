@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from hisparse.spec.constants import ProtocolConfig
-from hisparse.spec.errors import ActionNotEnabled, ProtocolError, UnknownTransfer
+from hisparse.spec.errors import (
+    ActionNotEnabled,
+    InvariantViolation,
+    ProtocolError,
+    UnknownTransfer,
+)
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import Meta
 from tests.protocol_helpers import full_spill, make_machine
@@ -221,7 +226,8 @@ def test_worker_drop_exists_only_with_its_bug() -> None:
     b.Arrive("r0")
     tid = b.StartSpill(("r0", 1), 0)
     refused(b, lambda: b.WorkerDrop(tid + 1), UnknownTransfer)
-    b.WorkerDrop(tid)
+    with pytest.raises(InvariantViolation, match="GapsDetected"):  # a silent gap
+        b.WorkerDrop(tid)
     assert tid not in b.state.down[0]
 
 

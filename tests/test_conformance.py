@@ -22,7 +22,7 @@ def graph(tlc: TlcInstall) -> StateGraph:
 @pytest.mark.tlc
 def test_every_transition_of_the_model_replays_on_python(graph: StateGraph) -> None:
     r = replay_graph(graph)
-    assert r.states == len(graph.states) == 6584
+    assert r.states == len(graph.states) == 9600
     assert r.transitions + r.stutters == len(graph.edges)
     # every action of the catalogue but those only an injected bug enables (WorkerDrop)
     # and those only a reader rank of a shared pool takes (MC_gen has one rank)
@@ -40,7 +40,8 @@ def test_every_transition_of_the_model_replays_on_python(graph: StateGraph) -> N
     ("bug", "action"),
     [("abort_keeps_resident_blocks", "Abort"), ("evict_keeps_index", "EvictHost"),
      ("publish_at_enqueued", "ConsumeMeta"), ("retire_waits_for_host_pages", "Retire"),
-     ("recover_frees_busy_destination", "WorkerLoss"), ("recover_publishes_unsent", "WorkerLoss")],
+     ("recover_frees_busy_destination", "WorkerLoss"), ("recover_publishes_unsent", "WorkerLoss"),
+     ("loss_path_ignores_gaps", "WorkerLoss")],
 )
 def test_a_deviating_python_machine_is_caught(
     graph: StateGraph, monkeypatch: pytest.MonkeyPatch, bug: str, action: str

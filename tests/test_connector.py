@@ -31,7 +31,8 @@ def test_a_spill_builds_one_command_then_nothing() -> None:
     meta = conn.build_connector_meta()
     assert meta is not None and [t.transfer_id for t in meta.transfers] == [tid]
     assert meta.replacements == ()
-    assert conn.build_connector_meta() is None  # sent once
+    again = conn.build_connector_meta()  # sent once; while it is open, a numbered heartbeat
+    assert again is not None and again.transfers == () and again.seq == (meta.seq or 0) + 1
 
 
 def test_roles_are_enforced() -> None:

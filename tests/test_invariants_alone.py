@@ -22,6 +22,7 @@ from hisparse.spec.invariants import INVARIANTS, PROPERTIES, TypeOK, check_invar
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import (
     HostBlock,
+    Meta,
     ProtocolState,
     ReqState,
     Spill,
@@ -219,6 +220,7 @@ def _writer_copies_under_a_read(s: ProtocolState, tid: int) -> None:
     h = c.host_blocks
     s.down.append({})
     s.up.append(deque())
+    s.lost.append(False)
     s.copying.append([None] * h)
     s.copying_tid.append({})
     s.waits.append(set())
@@ -226,9 +228,30 @@ def _writer_copies_under_a_read(s: ProtocolState, tid: int) -> None:
     s.w_enq.append([])
     s.w_done.append([])
     t = s.down[0].pop(tid)
+    s.down[1][tid] = t  # the reader has not taken it yet
     s.copying[0][t.dst] = s.gpu_data[t.src]
     s.copying_tid[0][t.dst] = tid
     s.w_enq[0].append(tid)
+
+
+def _foreign_copy_into_published(s: ProtocolState, _: int) -> None:
+    """Host 2 published (no one reads it), and a copy of other bytes runs into it."""
+    s.host_state[2], s.host_key[2], s.host_data[0][2] = "valid", "k1", "k1"
+    s.copying[0][2] = "garbage"
+
+
+def _command_executed_twice(s: ProtocolState, tid: int) -> None:
+    """The sent transfer's enqueued ack is unreported and also in a meta in flight."""
+    t = s.down[0].pop(tid)
+    s.copying[0][t.dst] = s.gpu_data[t.src]
+    s.copying_tid[0][t.dst] = tid
+    s.w_enq[0].append(tid)
+    s.up[0].append(Meta((tid,), ()))
+
+
+def _command_vanished(s: ProtocolState, tid: int) -> None:
+    """The sent transfer's command is gone from ``down`` with no gap pending."""
+    del s.down[0][tid]
 
 
 # corruption -> the exact set of twins that must report it
@@ -250,7 +273,8 @@ CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
     "host_data_bogus": (_host_data_bogus, {"TypeOK"}),
     "copying_bogus": (_copying_bogus, {"TypeOK"}),
     "transfer_src_out_of_range": (_transfer_src_out_of_range, {"TypeOK"}),
-    "transfer_dst_out_of_range": (_transfer_dst_out_of_range, {"TypeOK"}),
+    # the open transfer into host 0 then has no command in flight either
+    "transfer_dst_out_of_range": (_transfer_dst_out_of_range, {"TypeOK", "GapsDetected"}),
     "two_pages_one_gpu_block": (_two_pages_one_gpu_block, {"NoDoubleOwnership"}),
     "in_flight_host_block_free": (_in_flight_host_block_free, {"NoDoubleOwnership"}),
     "copy_into_free_block": (_copy_into_free_block, {"NoDoubleOwnership"}),
@@ -275,6 +299,9 @@ CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
         _retired_request_holds_gpu_lease,
         {"RetiredUnreferenced"},
     ),
+    "foreign_copy_into_published": (_foreign_copy_into_published, {"PublishedPageStable"}),
+    "command_executed_twice": (_command_executed_twice, {"ReplayNotExecuted"}),
+    "command_vanished": (_command_vanished, {"GapsDetected"}),
 }
 
 
@@ -324,6 +351,10 @@ BUG_FAILS: dict[str, set[str]] = {
     "abort_frees_after_one_rank_done": {"NoDoubleOwnership"},
     "reader_skips_writer_event": {"LivePagesReadable"},
     "writer_skips_reader_done": {"NoOverwriteUnderRead"},
+    "worker_drops_transfer": {"GapsDetected"},
+    "worker_applies_replay": {"ReplayNotExecuted"},
+    "worker_forgets_published": {"PublishedPageStable", "NoPublishBeforeComplete"},
+    "worker_skips_gap": {"GapsDetected"},
 }
 
 
@@ -469,7 +500,7 @@ def test_the_implied_twins_are_told_apart() -> None:
 
 # Python property bugs at quiescence: the exact set of property twins that fail.
 PROPERTY_BUG_FAILS = {
-    "worker_drops_transfer": {"TransfersComplete", "LeasesReleased"},
+    "loss_path_ignores_gaps": {"TransfersComplete", "LeasesReleased"},
     "batched_done_before_enqueued": {"TransfersComplete", "LeasesReleased"},
     "abort_keeps_resident_blocks": {"AbortedFreed", "EndedRetired"},
     "retire_waits_for_host_pages": {"EndedRetired"},

@@ -94,10 +94,12 @@ def test_messages_are_frozen() -> None:
 @given(transfers, st.lists(ids, max_size=3, unique=True))
 def test_trusted_equals_validated(ts: list[SparseKVPageTransfer], done: list[int]) -> None:
     """``trusted`` (the hot path's constructor) builds what validation builds, frozen."""
-    meta = trusted(HiSparseConnectorMetadata, transfers=tuple(ts), replacements=())
+    meta = trusted(HiSparseConnectorMetadata, transfers=tuple(ts), replacements=(), seq=None,
+                   since=None, epoch=None)
     assert meta == HiSparseConnectorMetadata(transfers=tuple(ts))
     assert CONNECTOR_METADATA.validate_json(meta.model_dump_json()) == meta
-    ack = trusted(HiSparseWorkerMeta, enqueued=(), completed=tuple(done), rank=0)
+    ack = trusted(HiSparseWorkerMeta, enqueued=(), completed=tuple(done), rank=0, seq=None,
+                  since=None, epoch=None)
     assert ack == HiSparseWorkerMeta(completed=tuple(done))
     with pytest.raises(ValidationError):
         ack.enqueued = (1,)
@@ -143,7 +145,7 @@ def test_named_trusted_constructors_equal_validated(
     ack = trusted_worker_meta((), tuple(done))
     assert ack == HiSparseWorkerMeta(completed=tuple(done))
     assert WORKER_META.validate_json(ack.model_dump_json()) == ack
-    assert ack.model_fields_set == {"enqueued", "completed", "rank"}
+    assert ack.model_fields_set == {"enqueued", "completed", "rank", "seq", "since", "epoch"}
     ranked = trusted_worker_meta(tuple(done), (), rank)
     assert ranked == HiSparseWorkerMeta(enqueued=tuple(done), rank=rank)
     assert WORKER_META.validate_json(ranked.model_dump_json()) == ranked
@@ -155,4 +157,5 @@ def test_trusted_needs_every_field_and_no_other() -> None:
     with pytest.raises(TypeError, match="needs exactly"):
         trusted(HiSparseWorkerMeta, enqueued=(1,))
     with pytest.raises(TypeError, match="needs exactly"):
-        trusted(HiSparseWorkerMeta, enqueued=(), completed=(), rank=0, extra=1)
+        trusted(HiSparseWorkerMeta, enqueued=(), completed=(), rank=0, seq=None, since=None,
+                epoch=None, extra=1)

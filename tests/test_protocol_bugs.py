@@ -231,6 +231,70 @@ def _writer_skips_reader_done(bug: str) -> ProtocolMachine:
     return m
 
 
+def _worker_applies_replay(bug: str) -> ProtocolMachine:
+    m = make_machine(bug)
+    m.Arrive("r1")
+    tid = m.StartSpill(("r1", 1), 0)
+    m.WorkerEnqueue(tid)
+    m.WorkerReport()  # the enqueued ack is in flight
+    sp = m.state.spill[0]
+    assert sp is not None
+    m.IgnoreReplay(sp.src, 0)  # a second copy: with the bug, executed again
+    m.drain()
+    return m
+
+
+def _worker_forgets_published(bug: str) -> ProtocolMachine:
+    """The issue's scenario: page A1 spilled to host block 0 and published, GPU block 0
+    reused by B, then the first spill's metadata arrives again."""
+    m = make_machine(bug, gpu_blocks=1)
+    m.Arrive("r1")
+    tid = m.StartSpill(("r1", 1), 0)
+    full_spill_tail(m, tid)
+    assert m.state.host_state[0] == "valid"
+    m.Finish("r1")
+    m.Arrive("r3")  # reuses GPU block 0 (other bytes)
+    m.IgnoreReplay(0, 0)  # with the bug: GPU block 0 is copied over published block 0
+    m.drain()
+    return m
+
+
+def full_spill_tail(m: ProtocolMachine, tid: int) -> None:
+    """Enqueue, complete, report and consume transfer ``tid`` on rank 0."""
+    m.WorkerEnqueue(tid)
+    m.WorkerComplete(m.state.transfer_dst[tid])
+    m.WorkerReport()
+    m.ConsumeMeta()
+
+
+def _worker_skips_gap(bug: str) -> ProtocolMachine:
+    m = make_machine(bug)
+    m.Arrive("r1")
+    m.Arrive("r3")
+    lost = m.StartSpill(("r1", 1), 0)
+    tid = m.StartSpill(("r3", 1), 1)
+    m.LoseCommand(lost)  # its connector metadata never arrives
+    if bug == "none":  # the next command shows the gap: refused, the loss path runs
+        with pytest.raises(ActionNotEnabled, match="gap"):
+            m.WorkerEnqueue(tid)
+        m.WorkerLoss()
+    else:
+        m.WorkerEnqueue(tid)  # with the bug: taken, the gap forgotten
+    m.drain()
+    return m
+
+
+def _loss_path_ignores_gaps(bug: str) -> ProtocolMachine:
+    m = make_machine(bug)
+    m.Arrive("r1")
+    tid = m.StartSpill(("r1", 1), 0)
+    m.WorkerEnqueue(tid)
+    m.WorkerReport()
+    m.LoseMeta()  # the enqueued ack never arrives: a gap on rank 0
+    m.drain()  # the gap is noticed (WorkerLoss) unless the bug ignores it
+    return m
+
+
 SCENARIOS: dict[str, Scenario] = {
     "host_id_as_gpu_index": _host_id_as_gpu_index,
     "double_allocation": _double_allocation,
@@ -253,6 +317,10 @@ SCENARIOS: dict[str, Scenario] = {
     "abort_frees_after_one_rank_done": _abort_frees_after_one_rank_done,
     "reader_skips_writer_event": _reader_skips_writer_event,
     "writer_skips_reader_done": _writer_skips_reader_done,
+    "worker_applies_replay": _worker_applies_replay,
+    "worker_forgets_published": _worker_forgets_published,
+    "worker_skips_gap": _worker_skips_gap,
+    "loss_path_ignores_gaps": _loss_path_ignores_gaps,
 }
 
 

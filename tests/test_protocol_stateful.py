@@ -67,7 +67,8 @@ class ProtocolStateful(RuleBasedStateMachine):
     @rule(
         action=st.sampled_from(
             ["Arrive", "Finish", "Abort", "StartSpill", "EvictHost", "WorkerEnqueue",
-             "WorkerComplete", "WorkerReport", "ConsumeMeta", "Retire", "add_request"]
+             "WorkerComplete", "WorkerReport", "ConsumeMeta", "Retire", "add_request",
+             "IgnoreReplay", "LoseCommand", "LoseMeta"]
         ),
         r=st.sampled_from(REQUESTS),
         p=st.sampled_from(PAGES),
@@ -81,6 +82,8 @@ class ProtocolStateful(RuleBasedStateMachine):
             "EvictHost": (n,), "WorkerEnqueue": (n, w), "WorkerComplete": (n, w),
             "WorkerReport": (w,), "ConsumeMeta": (w,), "Retire": (r,),
             "add_request": (r, UNIVERSE[r]),
+            # the channels' faults: a replay (of a command sent or not), a loss
+            "IgnoreReplay": (n % GPU, n, w), "LoseCommand": (n, w), "LoseMeta": (w,),
         }
         self.attempt(action, *args[action])
 
@@ -92,7 +95,7 @@ class ProtocolStateful(RuleBasedStateMachine):
         w = min(w, self.RANKS - 1)
         h = s.transfer_dst.get(tid)
         open_ = h is not None and (sp := s.spill[h]) is not None and sp.transfer_id == tid
-        if open_ or s.up[w]:
+        if open_ or s.up[w] or s.lost[w]:  # (after a gap every meta is refused anyway)
             return
         s.up[w].append(Meta((), (tid,)) if completed else Meta((tid,), ()))
         before = s.clone()
@@ -114,7 +117,9 @@ class ProtocolStateful(RuleBasedStateMachine):
         if h is None:
             return
         sp = s.spill[h]
-        if sp is None or sp.transfer_id != tid or s.up[w] or s.w_enq[w] or s.w_done[w]:
+        if sp is None or sp.transfer_id != tid or s.up[w] or s.w_enq[w] or s.w_done[w] or (
+            s.lost[w]
+        ):
             return
         if completed and (s.copying_tid[w].get(h) == tid or tid in s.down[w]):
             return  # owed (running) or merely early: not this rule's case

@@ -52,7 +52,7 @@ def _cfg_names(path: Path, section: str) -> list[str]:
 def tla_actions() -> set[str]:
     body = _definition("SchedulerNext") + _definition("WorkerNext")
     return set(re.findall(r"\b([A-Z][A-Za-z]+)\b(?!\s*==)", body)) - {
-        "E", "A", "Requests", "Pages", "HostBlocks", "GpuBlocks", "Ranks",
+        "E", "A", "Requests", "Pages", "HostBlocks", "GpuBlocks", "Ranks", "Transfers",
     }
 
 

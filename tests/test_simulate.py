@@ -169,3 +169,43 @@ def test_simulate_tp2_trace_accepted(tmp_path: Path, backing: str) -> None:
     assert {s["args"].get("rank") for s in steps if s.get("kind") == "step"} >= {0, 1}
     assert any(s.get("action") == "WorkerLoss" for s in steps)
     assert main(["check", "--trace", str(trace)]) == 0
+
+
+def _faults_run(tmp_path: Path | None, tp: int = 1) -> tuple[SimulateReport, Simulation]:
+    opts = SimulateOptions(requests=40, steps=300, seed=4, worker_restarts=4,
+                           message_faults=0.05, tp=tp,
+                           trace=None if tmp_path is None else tmp_path / "faults.jsonl")
+    sim = Simulation(opts)
+    return sim.run(), sim
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_simulate_with_message_faults_is_clean_and_drains(tp: int) -> None:
+    """Duplicated, delayed and dropped messages in both directions, with worker
+    restarts: no violation, every row reads back right, every fault kind happened, the
+    gaps took the loss path, and the run drains to empty."""
+    rep, sim = _faults_run(None, tp)
+    assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
+    mf = rep.message_faults
+    assert {k for k, n in mf.items() if n} == set(mf), mf  # every kind, both directions
+    assert rep.worker_restarts == 4 + mf["gaps"]
+    assert _drain_problems(sim) == []
+
+
+def test_simulate_message_faults_are_off_by_default() -> None:
+    plain = simulate(SimulateOptions(requests=16, steps=120, seed=1))
+    assert plain.message_faults == {} and "message_faults" not in plain.sizes
+
+
+@pytest.mark.tlc
+def test_simulate_message_faults_trace_accepted(tmp_path: Path) -> None:
+    rep, _ = _faults_run(tmp_path)
+    assert rep.violations == 0 and rep.message_faults["gaps"] > 0
+    assert main(["check", "--trace", str(tmp_path / "faults.jsonl")]) == 0
+
+
+def test_simulate_cli_refuses_a_fault_rate_above_a_third(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        main(["simulate", "--message-faults", "0.5"])
+    assert err.value.code == 2
+    assert "between 0 and 1/3" in capsys.readouterr().err

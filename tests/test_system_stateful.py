@@ -35,7 +35,7 @@ from hisparse.connector import MalformedMetadata
 from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.sharedpool import SharedHostExecutor
 from hisparse.simulate import WRITER, SimulateOptions, Simulation
-from hisparse.spec.errors import ActionNotEnabled, UnknownRank, UnknownTransfer
+from hisparse.spec.errors import ActionNotEnabled, MessageGap, UnknownRank, UnknownTransfer
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
@@ -133,6 +133,7 @@ class SystemStateful(RuleBasedStateMachine):
         # per rank: worker metas taken but not yet delivered, and those delivered
         self.held: list[list[bytes]] = [[] for _ in range(self.TP)]
         self.delivered: list[list[bytes]] = [[] for _ in range(self.TP)]
+        self.sent_metadata: list[bytes] = []  # connector metadata every rank took
         self.t = 0
 
     def _rank(self, data: st.DataObject) -> int:
@@ -271,6 +272,7 @@ class SystemStateful(RuleBasedStateMachine):
             raw = CONNECTOR_METADATA.dump_json(meta)
             for port in self.sim.ports:
                 port.bind(raw)
+            self.sent_metadata = [*self.sent_metadata[-7:], raw]
 
     @rule()
     def decode(self) -> None:
@@ -324,7 +326,7 @@ class SystemStateful(RuleBasedStateMachine):
         before = snapshot(self.sim)
         try:
             self.sim.sched.update_connector_output(held[i])
-        except UnknownTransfer:
+        except MessageGap:  # numbered past the next one: refused whole
             assert i > 0, "the oldest meta must always be accepted"
             assert same(before, snapshot(self.sim))
         else:
@@ -380,11 +382,29 @@ class SystemStateful(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def duplicate(self, data: st.DataObject) -> None:
-        """A rank's meta delivered again: refused whole, nothing changes."""
+        """A rank's meta delivered again: numbered below the next one, it is ignored and
+        nothing changes."""
         delivered = self.delivered[self._rank(data)]
         if delivered:
             meta = data.draw(st.sampled_from(delivered))
-            self._refused(lambda: self.sim.sched.update_connector_output(meta), (UnknownTransfer,))
+            before = snapshot(self.sim)
+            ignored = self.sim.coordinator.metas_ignored
+            self.sim.sched.update_connector_output(meta)
+            assert same(before, snapshot(self.sim)), "a replayed meta changed the state"
+            assert self.sim.coordinator.metas_ignored == ignored + 1
+
+    @rule(data=st.data())
+    def replay_metadata(self, data: st.DataObject) -> None:
+        """A connector metadata the rank already took, delivered again: ignored before
+        any copy is enqueued."""
+        rank = self._rank(data)
+        sent = self.sent_metadata
+        if sent:
+            raw = data.draw(st.sampled_from(sent))
+            port = self.sim.ports[rank]
+            before, queued = snapshot(self.sim), port.queued()
+            port.bind(raw)
+            assert port.queued() == queued and same(before, snapshot(self.sim))
 
     @rule(tid=st.integers(10_000, 20_000), done=st.booleans())
     def unknown_ack(self, tid: int, done: bool) -> None:

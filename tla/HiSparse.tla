@@ -30,6 +30,24 @@
 (* Worker loss: the worker restarts or a metadata message is lost; the    *)
 (* engine tells the coordinator, which recovers in the same step.         *)
 (*                                                                         *)
+(* Faulty channels. Engines retry steps and re-send messages, so each     *)
+(* message may arrive twice, late (after later ones) or never, in both    *)
+(* directions. Every connector metadata carries a per-rank sequence       *)
+(* number, and so does every worker meta; both only grow (a restarted     *)
+(* worker is told the next numbers in its restart handshake). A receiver  *)
+(* applies the message it expects next, ignores one numbered below it (a  *)
+(* known duplicate, or one overtaken by a loss: nothing changes) and      *)
+(* refuses one numbered above it: a gap, reported to the engine, which     *)
+(* runs the worker-loss path (WorkerLoss). The model abstracts the        *)
+(* numbers to what the receivers can tell apart: `down` holds the fresh   *)
+(* commands, `lost` marks an unnoticed gap on a rank's channels            *)
+(* (LoseCommand, LoseMeta), and IgnoreReplay is a stale copy (numbered    *)
+(* below the next number) of a command sent earlier arriving: ignored, a  *)
+(* stuttering step, so no variable remembers the copies in flight. A late *)
+(* message is a gap (the later one arrives first) and then a stale copy;  *)
+(* a duplicated or late worker meta is ignored by the scheduler: a         *)
+(* stuttering step of the spec, not written as an action.                  *)
+(*                                                                         *)
 (* Tensor parallelism: every rank of `Ranks` holds the same KV bytes and *)
 (* runs its own worker: its own command channel, copy stream, acks and   *)
 (* worker meta. The host cache is one logical pool with a view per rank, *)
@@ -116,6 +134,7 @@ VARIABLES
     \* channels, one pair per rank
     down,       \* [Ranks -> SUBSET Transfers]: commands sent, not yet taken by the rank
     up,         \* [Ranks -> Seq(WorkerMeta)]: acks reported, not yet consumed
+    lost,       \* [Ranks -> BOOLEAN]: a message to or from the rank was lost, not yet noticed
     \* workers
     copying,    \* [Ranks -> [HostBlocks -> Data \cup {Idle}]]: copies in each rank's stream
     waits,      \* [Ranks -> SUBSET HostBlocks]: reader streams ordered after the writer's copy
@@ -128,8 +147,9 @@ VARIABLES
 
 schedVars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill>>
 workerVars == <<copying, waits, reading, wEnq, wDone>>
+netVars == <<lost>>
 vars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
-          down, up, copying, waits, reading, wEnq, wDone, gpuData, hostData>>
+          down, up, lost, copying, waits, reading, wEnq, wDone, gpuData, hostData>>
 
 Init ==
     /\ req = [r \in Requests |-> "new"]
@@ -142,6 +162,7 @@ Init ==
     /\ spill = [h \in HostBlocks |-> NoSpill]
     /\ down = [w \in Ranks |-> {}]
     /\ up = [w \in Ranks |-> <<>>]
+    /\ lost = [w \in Ranks |-> FALSE]
     /\ copying = [w \in Ranks |-> [h \in HostBlocks |-> Idle]]
     /\ waits = [w \in Ranks |-> {}]
     /\ reading = [w \in Ranks |-> {}]
@@ -219,7 +240,7 @@ ArriveWith(r, hosts, blocks) ==
                              IF g \in Used THEN <<r, m + Holder(g)>> ELSE gpuOwner[g]]
           /\ gpuData' = [g \in GpuBlocks |->
                             IF g \in Used THEN PageKeys[r][m + Holder(g)] ELSE gpuData[g]]
-    /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up,
+    /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up, netVars,
                    workerVars, hostData>>
 
 Arrive(r) ==
@@ -250,7 +271,7 @@ StartSpill(p, h) ==
                 /\ UNCHANGED srcPin
            ELSE /\ srcPin' = [srcPin EXCEPT ![g] = TRUE]
                 /\ UNCHANGED <<loc, gpuOwner, gpuData>>
-    /\ UNCHANGED <<req, prefix, up, workerVars, hostData>>
+    /\ UNCHANGED <<req, prefix, up, netVars, workerVars, hostData>>
 
 \* The effects of enqueued acks: the transfers of E are enqueued on every
 \* rank, so their block-table entries move to the host and their phase
@@ -326,6 +347,7 @@ MetaConsumed(w) ==
 \* one-element set, TLC's way to evaluate an expression once inside an action.
 ConsumeMeta(w) ==
     /\ up[w] # <<>>
+    /\ ~lost[w]   \* after a gap the scheduler refuses the rank's later metas
     /\ \E n \in {MetaConsumed(w)} :
           /\ loc' = n.loc
           /\ gpuOwner' = n.gpuOwner
@@ -337,7 +359,7 @@ ConsumeMeta(w) ==
           /\ prefix' = n.prefix
           /\ hostData' = n.hostData
     /\ up' = [up EXCEPT ![w] = Tail(@)]
-    /\ UNCHANGED <<req, down, workerVars>>
+    /\ UNCHANGED <<req, down, netVars, workerVars>>
 
 \* A request ends. Its block-table entries go; unpinned resident blocks go
 \* back to HMA; pinned ones wait for their enqueued acks.
@@ -352,7 +374,7 @@ EndRequest(r, how) ==
 Finish(r) ==
     /\ req[r] = "running"
     /\ EndRequest(r, "finished")
-    /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up,
+    /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up, netVars,
                    workerVars, hostData>>
 
 \* Aborts may come at any moment, also while the request's copies are in flight.
@@ -365,7 +387,7 @@ Abort(r) ==
             /\ hostKey' = [h \in HostBlocks |-> IF h \in Mine THEN NoKey ELSE hostKey[h]]
             /\ spill' = [h \in HostBlocks |-> IF h \in Mine THEN NoSpill ELSE spill[h]]
        ELSE UNCHANGED <<hostState, hostKey, spill>>
-    /\ UNCHANGED <<srcPin, prefix, down, up, workerVars, hostData>>
+    /\ UNCHANGED <<srcPin, prefix, down, up, netVars, workerVars, hostData>>
 
 \* Drop a published host page nobody references (host-pool pressure).
 EvictHost(h) ==
@@ -376,7 +398,7 @@ EvictHost(h) ==
     /\ prefix' = IF Bug = "evict_keeps_index" THEN prefix
                  ELSE [prefix EXCEPT ![hostKey[h]] = @ \ {h}]
     /\ hostData' = Scribble({h})
-    /\ UNCHANGED <<req, loc, gpuOwner, srcPin, spill, down, up,
+    /\ UNCHANGED <<req, loc, gpuOwner, srcPin, spill, down, up, netVars,
                    workerVars, gpuData>>
 
 \* An ended request that nothing references leaves the protocol state: its
@@ -390,7 +412,7 @@ Retire(r) ==
           \A h \in HostBlocks : hostKey[h] \notin {KeyOf(p) : p \in PagesOf(r)}
     /\ req' = [req EXCEPT ![r] = "new"]
     /\ UNCHANGED <<loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
-                   down, up, workerVars, gpuData, hostData>>
+                   down, up, netVars, workerVars, gpuData, hostData>>
 
 -----------------------------------------------------------------------------
 (* Worker actions, each on one rank. *)
@@ -399,9 +421,13 @@ Retire(r) ==
 \* carries the source bytes as they stand at its stream position. A reader
 \* of a shared pool copies nothing: it orders its stream after the writer's
 \* copy event, which exists once the writer has taken the command.
+\* After a gap (`lost`) the worker refuses every later command: the gap goes
+\* through the worker-loss path.
 WorkerEnqueue(w, t) ==
     /\ t \in down[w]
+    /\ ~lost[w] \/ Bug = "worker_skips_gap"
     /\ down' = [down EXCEPT ![w] = @ \ {t}]
+    /\ lost' = IF Bug = "worker_skips_gap" THEN [lost EXCEPT ![w] = FALSE] ELSE lost
     /\ wEnq' = [wEnq EXCEPT ![w] = @ \cup {t.dst}]
     /\ IF w \in Copiers
        THEN /\ Bug = "writer_skips_reader_done" \/ \A v \in Readers : t.dst \notin reading[v]
@@ -419,7 +445,7 @@ WorkerDrop(w, t) ==
     /\ Bug = "worker_drops_transfer"
     /\ t \in down[w]
     /\ down' = [down EXCEPT ![w] = @ \ {t}]
-    /\ UNCHANGED <<schedVars, up, workerVars, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, up, netVars, workerVars, gpuData, hostData>>
 
 \* Rank w's copy reaches its event: the bytes land in its host pool, and
 \* reader streams waiting on that event are released.
@@ -429,7 +455,7 @@ WorkerComplete(w, h) ==
     /\ copying' = [copying EXCEPT ![w][h] = Idle]
     /\ wDone' = [wDone EXCEPT ![w] = @ \cup {h}]
     /\ waits' = [v \in Ranks |-> waits[v] \ {h}]
-    /\ UNCHANGED <<schedVars, down, up, reading, wEnq, gpuData>>
+    /\ UNCHANGED <<schedVars, down, up, netVars, reading, wEnq, gpuData>>
 
 \* Rank w reports every ack not yet reported: acks may be late, batched
 \* across steps, and carry enqueued and completed for one transfer together.
@@ -441,7 +467,7 @@ WorkerReport(w) ==
     /\ up' = [up EXCEPT ![w] = <<[enq |-> wEnq[w], done |-> wDone[w]]>>]
     /\ wEnq' = [wEnq EXCEPT ![w] = {}]
     /\ wDone' = [wDone EXCEPT ![w] = {}]
-    /\ UNCHANGED <<schedVars, down, copying, waits, reading, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, down, netVars, copying, waits, reading, gpuData, hostData>>
 
 \* Reader rank w of a shared pool queues a decode step: its kernels read the
 \* host blocks of the running requests' host pages, in its stream, until
@@ -452,14 +478,16 @@ WorkerRead(w) ==
     /\ reading' = [reading EXCEPT ![w] = @ \cup
                       {loc[p][2] : p \in {q \in Pages : req[q[1]] = "running"
                                                       /\ loc[q][1] = "host"}}]
-    /\ UNCHANGED <<schedVars, down, up, copying, waits, wEnq, wDone, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, down, up, netVars, copying, waits, wEnq, wDone, gpuData,
+                   hostData>>
 
 \* Reader rank w's queued reads have finished (its read-done event has
 \* fired): the writer may copy into those blocks again.
 WorkerReadsDone(w) ==
     /\ reading[w] # {}
     /\ reading' = [reading EXCEPT ![w] = {}]
-    /\ UNCHANGED <<schedVars, down, up, copying, waits, wEnq, wDone, gpuData, hostData>>
+    /\ UNCHANGED <<schedVars, down, up, netVars, copying, waits, wEnq, wDone, gpuData,
+                   hostData>>
 
 \* Loss of rank w: its worker restarts, or a metadata message to or from it
 \* is lost. Its commands not yet taken, acks not yet reported and worker
@@ -511,8 +539,10 @@ LossRecovered(w) ==
 
 \* Rank w is lost; the coordinator recovers in the same step (LossRecovered).
 WorkerLoss(w) ==
+    /\ Bug = "loss_path_ignores_gaps" => ~lost[w]
     /\ down' = [down EXCEPT ![w] = {}]
     /\ up' = [up EXCEPT ![w] = <<>>]
+    /\ lost' = [lost EXCEPT ![w] = FALSE]
     /\ wEnq' = [wEnq EXCEPT ![w] = {}]
     /\ wDone' = [wDone EXCEPT ![w] = {}]
     /\ \E n \in {LossRecovered(w)} :
@@ -525,6 +555,57 @@ WorkerLoss(w) ==
           /\ prefix' = n.prefix
           /\ hostData' = n.hostData
     /\ UNCHANGED <<req, loc, copying, waits, reading>>
+
+-----------------------------------------------------------------------------
+(* The channels' faults, each on one rank. *)
+
+\* The commands a stale copy to rank w may carry: that of an open transfer
+\* whose command rank w no longer waits for (taken, or lost on the way), or
+\* one naming a published block (its source is not remembered once the
+\* transfer closed: any GPU block). Ignoring one changes nothing, so this
+\* set only matters for the injected bugs that execute replays.
+Replayable(w) ==
+    {[src |-> spill[h].src, dst |-> h] :
+        h \in {x \in HostBlocks : spill[x] # NoSpill
+                                 /\ [src |-> spill[x].src, dst |-> x] \notin down[w]}}
+    \cup {[src |-> g, dst |-> h] : g \in GpuBlocks, h \in {x \in HostBlocks : hostState[x] = "valid"}}
+
+\* A stale copy of command t (a duplicate, or one sent before the rank's
+\* last loss) reaches rank w, at any later time, also after the worker
+\* restarted (the restart starts a new epoch of numbers). Its number is
+\* below the next one: the worker ignores it, enqueuing nothing: a stutter.
+\* (The injected bugs execute it as a fresh command.)
+IgnoreReplay(w, t) ==
+    /\ t \in Replayable(w)
+    /\ LET Exec == \/ Bug = "worker_applies_replay"
+                   \/ Bug = "worker_forgets_published" /\ hostState[t.dst] = "valid"
+                                                       /\ spill[t.dst] = NoSpill
+       IN IF Exec
+          THEN /\ wEnq' = [wEnq EXCEPT ![w] = @ \cup {t.dst}]
+               /\ copying' = IF w \in Copiers
+                             THEN [copying EXCEPT ![w][t.dst] = gpuData[t.src]]
+                             ELSE copying
+          ELSE UNCHANGED <<wEnq, copying>>
+    /\ UNCHANGED <<schedVars, down, up, lost, waits, reading, wDone, gpuData, hostData>>
+
+\* A connector metadata to rank w carrying command t never arrives: the gap
+\* shows at the rank's next metadata (one goes every step).
+LoseCommand(w, t) ==
+    /\ t \in down[w]
+    /\ down' = [down EXCEPT ![w] = @ \ {t}]
+    /\ lost' = [lost EXCEPT ![w] = TRUE]
+    /\ UNCHANGED <<schedVars, up, workerVars, gpuData, hostData>>
+
+\* Rank w's worker meta in flight never arrives: the gap shows at its next.
+LoseMeta(w) ==
+    /\ up[w] # <<>>
+    /\ up' = [up EXCEPT ![w] = <<>>]
+    /\ lost' = [lost EXCEPT ![w] = TRUE]
+    /\ UNCHANGED <<schedVars, down, workerVars, gpuData, hostData>>
+
+\* A receiver notices rank w's gap (the next message is numbered above the
+\* one expected): it refuses it and the engine runs the worker-loss path.
+GapNoticed(w) == lost[w] /\ WorkerLoss(w)
 
 -----------------------------------------------------------------------------
 
@@ -547,6 +628,9 @@ WorkerNext ==
         \/ WorkerReport(w)
         \/ WorkerRead(w) \/ WorkerReadsDone(w)
         \/ WorkerLoss(w)
+        \/ \E t \in down[w] : LoseCommand(w, t)
+        \/ \E t \in Transfers : IgnoreReplay(w, t)
+        \/ LoseMeta(w)
 
 Next == SchedulerNext \/ WorkerNext \/ Quiescent
 
@@ -562,6 +646,7 @@ Fairness ==
           /\ WF_vars(WorkerReport(w))
           /\ WF_vars(WorkerReadsDone(w))
           /\ WF_vars(ConsumeMeta(w))
+          /\ WF_vars(GapNoticed(w))
     /\ \A r \in Requests : WF_vars(Retire(r))
 
 Spec == Init /\ [][Next]_vars /\ Fairness
@@ -579,6 +664,7 @@ TypeOK ==
     /\ prefix \in [Keys -> SUBSET HostBlocks]
     /\ spill \in [HostBlocks -> Spills \cup {NoSpill}]
     /\ down \in [Ranks -> SUBSET Transfers]
+    /\ lost \in [Ranks -> BOOLEAN]
     /\ \A w \in Ranks : \A i \in 1..Len(up[w]) : up[w][i] \in WorkerMeta
     /\ copying \in [Ranks -> [HostBlocks -> Data \cup {Idle}]]
     /\ waits \in [Ranks -> SUBSET HostBlocks]
@@ -619,10 +705,18 @@ NoReuseBeforeEnqueued ==
         /\ srcPin[g]
         /\ gpuData[g] = KeyOf(spill[h].page)
 
-\* A valid (published) host page has no copy or ack in flight on any rank.
+\* A valid (published) host page has no copy of its own bytes, command or ack in
+\* flight on any rank (a copy of other bytes into it is PublishedPageStable's:
+\* together they say that no copy into a published page is in flight).
 NoPublishBeforeComplete ==
     LET F == InFlightBlocks
-    IN \A h \in HostBlocks : hostState[h] = "valid" => h \notin F
+    IN \A h \in HostBlocks : hostState[h] = "valid" =>
+          \/ h \notin F
+          \/ /\ spill[h] = NoSpill
+             /\ \A w \in Ranks : /\ copying[w][h] # hostKey[h]
+                               /\ \A t \in down[w] : t.dst # h
+                               /\ h \notin wEnq[w] \cup wDone[w]
+                               /\ \A i \in 1..Len(up[w]) : h \notin up[w][i].enq \cup up[w][i].done
 
 \* The prefix index names only valid pages, and a valid page holds the bytes
 \* of the page it claims in every physical pool.
@@ -666,6 +760,31 @@ RetiredUnreferenced ==
     /\ \A p \in Pages : loc[p] # NoLoc => req[p[1]] # "new"
     /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[gpuOwner[g][1]] # "new"
     /\ \A h \in HostBlocks : spill[h] # NoSpill => req[spill[h].page[1]] # "new"
+
+\* A published host page's bytes never change while it is published: no copy
+\* in any rank's stream writes other bytes into it.
+PublishedPageStable ==
+    \A w \in Copiers : \A h \in HostBlocks :
+        hostState[h] = "valid" => copying[w][h] \in {Idle, hostKey[h]}
+
+\* A replayed command is never executed twice: on every rank, an open
+\* transfer's enqueued ack exists at most once, unreported, in a worker meta
+\* in flight, or consumed (`enq`).
+ReplayNotExecuted ==
+    \A w \in Ranks : \A h \in HostBlocks : spill[h] # NoSpill =>
+        (IF h \in wEnq[w] THEN 1 ELSE 0) + (IF w \in spill[h].enq THEN 1 ELSE 0)
+            + Cardinality({i \in 1..Len(up[w]) : h \in up[w][i].enq}) <= 1
+
+\* A gap is never silently skipped: unless rank w has an unnoticed gap (which
+\* the worker-loss path will handle), every command it has not acknowledged as
+\* enqueued has a carrier on that rank: the command in `down`, its enqueued ack
+\* unreported or in a worker meta in flight.
+GapsDetected ==
+    \A w \in Ranks : ~lost[w] =>
+        \A h \in HostBlocks : spill[h].phase = "sent" /\ w \notin spill[h].enq =>
+            \/ \E t \in down[w] : t.dst = h
+            \/ h \in wEnq[w]
+            \/ \E i \in 1..Len(up[w]) : h \in up[w][i].enq
 
 -----------------------------------------------------------------------------
 (* Liveness under worker fairness. *)

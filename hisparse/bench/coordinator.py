@@ -15,7 +15,7 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
-from hisparse.spec.messages import HiSparseWorkerMeta, trusted
+from hisparse.spec.messages import trusted_worker_meta
 
 
 def _measure(running: int, lifecycles: int, check: bool) -> dict[str, float]:
@@ -36,8 +36,8 @@ def _measure(running: int, lifecycles: int, check: bool) -> dict[str, float]:
         tid = c.spill(page)
         assert tid is not None
         conn.build_connector_meta()
-        enq = trusted(HiSparseWorkerMeta, enqueued=(tid,), completed=(), rank=0)
-        done = trusted(HiSparseWorkerMeta, enqueued=(), completed=(tid,), rank=0)
+        enq = trusted_worker_meta((tid,), (), 0)
+        done = trusted_worker_meta((), (tid,), 0)
         conn.update_connector_output(enq)
         conn.update_connector_output(done)
     spill = (clock() - t0) / len(victims) * 1e6

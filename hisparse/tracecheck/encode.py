@@ -161,6 +161,7 @@ def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
             ),
         ),
         ("up", _ranked(p.up, lambda ms: tup(_meta(m) for m in ms))),
+        ("lost", _ranked(p.lost, boolean)),
         ("copying", _nested(p.copying, lambda x: "Idle" if x is None else string(x))),
         ("waits", _ranked(p.waits, hosts)),
         ("reading", _ranked(p.reading, hosts)),
