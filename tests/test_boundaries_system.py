@@ -509,10 +509,13 @@ def _rep(**kw: Any) -> BlockTableReplacement:
         {"transfers": (_t(ranks=(0.0,)),)}, {"replacements": 5},
         {"replacements": (_rep(request_id=5),)}, {"replacements": (_rep(page_index=1.0),)},
         {"replacements": (_rep(host_block=None),)}, {"replacements": (_t(),)},
+        {"seq": "1", "since": (0,), "epoch": (0,)}, {"seq": 1, "since": 0, "epoch": (0,)},
+        {"seq": 1, "since": (0,), "epoch": (0.0,)}, {"seq": 1, "since": (0,), "epoch": None},
     ],
     ids=["int-transfers", "str-transfer", "list-id", "float-id", "bool-src", "str-dst",
          "int-ranks", "float-rank", "int-replacements", "int-request", "float-page",
-         "none-host", "transfer-as-replacement"],
+         "none-host", "transfer-as-replacement", "str-seq", "int-since", "float-epoch",
+         "seq-without-epoch"],
 )
 def test_connector_metadata_of_wrong_types_is_refused_by_the_worker(fields: dict[str, Any]) -> None:
     """The same on the worker side: a WorkerError, no copy enqueued, no table changed."""
