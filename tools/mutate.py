@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="keep one mutant in N, chosen by a hash of what it edits (1 = all)")
     ap.add_argument("--no-full", action="store_true",
                     help="decide on the guard tests alone (no whole-suite run for survivors)")
+    ap.add_argument("--no-tlc-guards", action="store_true",
+                    help="leave out the modules whose only guards model-check (they need TLC)")
     ap.add_argument("--timeout-factor", type=float, default=5.0,
                     help="a run may take this many times its unmutated baseline")
     ap.add_argument("--figures", type=Path, help="print the tables of a run's JSON and exit")
@@ -75,6 +77,8 @@ def select(args: argparse.Namespace) -> tuple[list[Mutant], list[Mutant]]:
         chosen = [m for m in chosen if any(fnmatch.fnmatch(m.id, p) for p in args.only)]
     if args.operator:
         chosen = [m for m in chosen if m.operator in args.operator]
+    if args.no_tlc_guards:
+        chosen = [m for m in chosen if not TARGETS[m.file].tlc]
     return every, interleaved(chosen)
 
 
