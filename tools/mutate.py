@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     files = tree_files()
     full = not args.no_full
-    seconds = baseline(files, {TARGETS[m.file] for m in mutants}, full)
+    seconds = baseline(files, {TARGETS[m.file] for m in mutants}, full, args.jobs)
     limits = Limits.from_baseline(seconds, args.timeout_factor, floor=60.0)
     print(f"baseline (unmutated, seconds): {seconds}", flush=True)
     doc: dict[str, Any] = {

@@ -44,7 +44,12 @@ class Scratch:
     """A private copy of the tree that imports as ``hisparse`` ahead of the install."""
 
     def __init__(self, files: Iterable[str], root: Path = ROOT) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="hisparse-mutate-"))
+        # the tree goes one level down, beside a link to the ``../shared`` the tests read
+        self.base = Path(tempfile.mkdtemp(prefix="hisparse-mutate-"))
+        self.root = self.base / root.name
+        shared = root.parent / "shared"
+        if shared.is_dir():
+            (self.base / "shared").symlink_to(shared.resolve())
         for f in files:
             dest = self.root / f
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +63,7 @@ class Scratch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.base, ignore_errors=True)
 
     def write(self, file: str, text: str) -> None:
         (self.root / file).write_text(text)
@@ -169,7 +174,8 @@ def run_all(mutants: list[Mutant], jobs: int, limits: Limits, full: bool,
     return outcomes
 
 
-def baseline(files: list[str], guards: Iterable[Guard], full: bool) -> dict[str, float]:
+def baseline(files: list[str], guards: Iterable[Guard], full: bool,
+             jobs: int) -> dict[str, float]:
     """Run every guard set (and the whole suite) on the unmutated tree: each must pass.
     Returns the seconds each took, keyed by the guard's tests (``full`` for the suite)."""
     seconds: dict[str, float] = {}
@@ -181,10 +187,15 @@ def baseline(files: list[str], guards: Iterable[Guard], full: bool) -> dict[str,
         runs = {guard_key(g): (list(g.tests), guard_markers(g)) for g in set(guards)}
         if full:
             runs["full"] = (full_suite_args(), FULL_MARKERS)
-        for key, (args, markers) in sorted(runs.items()):
+
+        def one(key: str) -> tuple[str, str, float]:
             t0 = time.monotonic()
-            status = s.pytest(args, markers, 3600)
-            if status != SURVIVED:
-                raise SystemExit(f"the unmutated tests do not pass ({status}): {key}")
-            seconds[key] = round(time.monotonic() - t0, 1)
+            args, markers = runs[key]
+            return key, s.pytest(args, markers, 3600), round(time.monotonic() - t0, 1)
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for key, status, took in pool.map(one, sorted(runs)):
+                if status != SURVIVED:
+                    raise SystemExit(f"the unmutated tests do not pass ({status}): {key}")
+                seconds[key] = took
     return seconds
