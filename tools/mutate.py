@@ -65,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="leave out the modules whose only guards model-check (they need TLC)")
     ap.add_argument("--timeout-factor", type=float, default=5.0,
                     help="a run may take this many times its unmutated baseline")
+    ap.add_argument("--first", default="reorder,loop,var,collection,none,drop",
+                    help="operators run first in each file (comma-separated)")
+    ap.add_argument("--baseline-from", type=Path,
+                    help="take the baseline seconds from an earlier run's JSON of the same "
+                         "tree instead of running the unmutated tests again")
     ap.add_argument("--figures", type=Path, help="print the tables of a run's JSON and exit")
     return ap
 
@@ -79,7 +84,7 @@ def select(args: argparse.Namespace) -> tuple[list[Mutant], list[Mutant]]:
         chosen = [m for m in chosen if m.operator in args.operator]
     if args.no_tlc_guards:
         chosen = [m for m in chosen if not TARGETS[m.file].tlc]
-    return every, interleaved(chosen)
+    return every, interleaved(chosen, tuple(args.first.split(",")))
 
 
 def _counts(mutants: list[Mutant], key: str) -> dict[str, int]:
@@ -101,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     files = tree_files()
     full = not args.no_full
-    seconds = baseline(files, {TARGETS[m.file] for m in mutants}, full, args.jobs)
+    if args.baseline_from:
+        seconds = json.loads(args.baseline_from.read_text())["baseline_seconds"]
+    else:
+        seconds = baseline(files, {TARGETS[m.file] for m in mutants}, full, args.jobs)
     limits = Limits.from_baseline(seconds, args.timeout_factor, floor=60.0)
     print(f"baseline (unmutated, seconds): {seconds}", flush=True)
     doc: dict[str, Any] = {

@@ -52,10 +52,14 @@ def _round_robin(groups: list[list[Mutant]]) -> list[Mutant]:
     return [m for row in zip_longest(*groups) for m in row if m is not None]
 
 
-def interleaved(mutants: list[Mutant]) -> list[Mutant]:
-    """Round-robin over files, and within a file over operators, so a run cut short has
-    reached every file and every operator a little."""
+def interleaved(mutants: list[Mutant], first: tuple[str, ...] = ()) -> list[Mutant]:
+    """Round-robin over files, and within a file over operators (those in ``first``
+    first), so a run cut short has reached every file and every operator a little."""
     by_file: dict[str, dict[str, list[Mutant]]] = {}
     for m in mutants:
         by_file.setdefault(m.file, {}).setdefault(m.operator, []).append(m)
-    return _round_robin([_round_robin(list(ops.values())) for ops in by_file.values()])
+    rank = {name: i for i, name in enumerate(first)}
+    return _round_robin([
+        _round_robin([ops[k] for k in sorted(ops, key=lambda k: rank.get(k, len(rank)))])
+        for ops in by_file.values()
+    ])
