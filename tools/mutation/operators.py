@@ -205,6 +205,35 @@ def _blocks(tree: ast.Module) -> Iterator[list[ast.stmt]]:
                     yield block
 
 
+def _exits(stmt: ast.If) -> bool:
+    return any(isinstance(n, ast.Raise | ast.Return | ast.Break | ast.Continue)
+               for n in ast.walk(stmt))
+
+
+def _calls(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) for n in ast.walk(node))
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _movable(prev: ast.stmt, stmt: ast.stmt) -> bool:
+    """Whether moving ``stmt`` before ``prev`` can change anything observable: it must
+    call something, write more than a local, or feed the check (a local the check reads);
+    a plain ``if`` that cannot leave the block only matters against a call."""
+    if not isinstance(stmt, _MOVABLE):
+        return False
+    if isinstance(stmt, ast.Expr):
+        return isinstance(stmt.value, ast.Call)
+    if isinstance(prev, ast.If) and not _exits(prev) and not _calls(stmt):
+        return False
+    targets: list[ast.expr] = (stmt.targets if isinstance(stmt, ast.Assign | ast.Delete)
+                               else [stmt.target])
+    local = all(isinstance(t, ast.Name) for t in targets)
+    return _calls(stmt) or not local or bool(_names(prev) & set().union(*map(_names, targets)))
+
+
 def _reorder(tree: ast.Module, skip: set[int]) -> Iterator[Site]:
     """Move a call or assignment before the check that precedes it (a side effect that
     no longer waits for its guard)."""
@@ -212,11 +241,8 @@ def _reorder(tree: ast.Module, skip: set[int]) -> Iterator[Site]:
         for prev, stmt in pairwise(block):
             if id(stmt) in skip or id(prev) in skip or not _is_check(prev):
                 continue
-            if not isinstance(stmt, _MOVABLE) or (
-                isinstance(stmt, ast.Expr) and not isinstance(stmt.value, ast.Call)
-            ):
-                continue
-            yield Site(stmt.lineno, _start(prev), _end(stmt), _SWAP_MARK)
+            if _movable(prev, stmt):
+                yield Site(stmt.lineno, _start(prev), _end(stmt), _SWAP_MARK)
 
 
 _SWAP_MARK = "\0swap"  # resolved by ``splice``: the two statements trade places

@@ -155,6 +155,7 @@ def run_mutant(m: Mutant, files: list[str], limits: Limits, full: bool = True,
         status = s.pytest(list(g.tests), guard_markers(g), limits.of(g))
         phase = "guard"
         if status == SURVIVED and full:
+            print(f"guard survivor, running the whole suite: {m.id}  {m.before}", flush=True)
             status = s.pytest(full_suite_args(), FULL_MARKERS, limits.full)
             phase = "full"
     return Outcome(m, status, phase, round(time.monotonic() - t0, 1))
