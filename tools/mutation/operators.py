@@ -210,12 +210,30 @@ def _exits(stmt: ast.If) -> bool:
                for n in ast.walk(stmt))
 
 
+# builtins that neither change state nor fail on the values they get here
+_PURE = frozenset({"set", "frozenset", "list", "tuple", "dict", "range", "len", "sorted",
+                   "enumerate", "zip", "min", "max", "sum", "any", "all", "isinstance",
+                   "reversed", "bool", "abs"})
+
+
 def _calls(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) for n in ast.walk(node))
+    """Whether ``node`` calls anything but a pure builtin."""
+    return any(isinstance(n, ast.Call)
+               and not (isinstance(n.func, ast.Name) and n.func.id in _PURE)
+               for n in ast.walk(node))
 
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _local(target: ast.expr) -> bool:
+    """A target that binds local names only (``x``, ``a, *b``), no attribute or item."""
+    if isinstance(target, ast.Starred):
+        return _local(target.value)
+    if isinstance(target, ast.Tuple | ast.List):
+        return all(_local(e) for e in target.elts)
+    return isinstance(target, ast.Name)
 
 
 def _movable(prev: ast.stmt, stmt: ast.stmt) -> bool:
@@ -230,7 +248,7 @@ def _movable(prev: ast.stmt, stmt: ast.stmt) -> bool:
         return False
     targets: list[ast.expr] = (stmt.targets if isinstance(stmt, ast.Assign | ast.Delete)
                                else [stmt.target])
-    local = all(isinstance(t, ast.Name) for t in targets)
+    local = all(_local(t) for t in targets)
     return _calls(stmt) or not local or bool(_names(prev) & set().union(*map(_names, targets)))
 
 
