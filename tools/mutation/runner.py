@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KILLED = "killed"
 SURVIVED = "survived"
 TIMEOUT = "timeout"  # a run that cannot finish counts as caught (a loop that never ends)
-ERROR = "error"  # pytest itself could not run (not a verdict on the mutant)
+ERROR = "error"  # pytest collected nothing or died (not a verdict on the mutant)
 
 
 def tree_files(root: Path = ROOT) -> list[str]:
@@ -89,9 +89,11 @@ class Scratch:
             return TIMEOUT
         if proc.returncode == 0:
             return SURVIVED
-        if proc.returncode in (1, 2):  # a test failed, or collection broke on the mutant
+        if proc.returncode in (1, 2, 3, 4):
+            # a test failed, collection or a conftest import broke on the mutant: the
+            # baseline ran the same arguments on the unmutated tree green
             return KILLED
-        return ERROR  # 3 internal error, 4 usage, 5 nothing collected
+        return ERROR  # 5: nothing collected, or a signal
 
 
 def module_name(file: str) -> str:
