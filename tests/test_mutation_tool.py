@@ -6,6 +6,8 @@ The full mutation run stays outside CI; these take seconds.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -185,8 +187,12 @@ def test_the_scratch_copy_is_what_is_imported() -> None:
         paths = s.import_paths(["hisparse.config", "hisparse.spec.machine",
                                 "hisparse.executor.reference"])
         assert all(p.startswith(str(s.root)) for p in paths.values()), paths
-        probe = s.import_paths(["hisparse.config"])
-        assert probe["hisparse.config"] == str(s.root / "hisparse" / "config.py")
+        assert paths["hisparse.config"] == str(s.root / "hisparse" / "config.py")
+        planted = subprocess.run(
+            [sys.executable, "-c", "import hisparse.config as c; print(c.PLANTED)"],
+            cwd=s.root, env=s.env, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        assert planted == "scratch"  # the edited copy, not the editable install, ran
 
 
 @pytest.fixture(scope="module")
