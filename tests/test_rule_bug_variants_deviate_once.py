@@ -1,0 +1,42 @@
+"""Rule: an injected bug's variant deviates at its one step and otherwise follows the
+protocol, so the invariant that names it is what catches it.
+
+``publish_at_enqueued`` publishes a destination at its enqueued ack; its docstring's
+other half is that the completed ack, in a later meta, then only closes the transfer:
+the spill is gone, the page stays published on its host block, the request can finish
+and the block be evicted. Checked for every host block of the pool, with the machine's
+own checks off (the variant breaks NoPublishBeforeComplete by design).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hisparse.spec.constants import ProtocolConfig
+from hisparse.spec.machine import ProtocolMachine
+from tests.protocol_helpers import UNIVERSE
+
+
+def unchecked(bug: str) -> ProtocolMachine:
+    cfg = ProtocolConfig(gpu_blocks=3, host_pool_bytes=9, host_block_bytes=2, bug=bug)
+    m = ProtocolMachine.create(cfg, check=False)
+    for r, keys in UNIVERSE.items():
+        m.add_request(r, keys)
+    return m
+
+
+@pytest.mark.parametrize("h", [0, 1, 2, 3])
+def test_publish_at_enqueued_closes_the_transfer_at_its_completed_ack(h: int) -> None:
+    m = unchecked("publish_at_enqueued")
+    m.Arrive("r0")
+    tid = m.StartSpill(("r0", 1), h)
+    m.WorkerEnqueue(tid, 0)
+    m.WorkerReport(0)
+    m.ConsumeMeta(0)  # the enqueued ack: published already (the bug)
+    s = m.state
+    assert s.host_state[h] == "valid" and s.spill[h] is not None
+    m.WorkerComplete(h, 0)
+    m.WorkerReport(0)
+    m.ConsumeMeta(0)  # the completed ack: only closes the transfer
+    assert s.spill[h] is None
+    assert s.host_state[h] == "valid" and s.loc[("r0", 1)] == ("host", h)

@@ -1,0 +1,69 @@
+"""The figures of a run: per operator and per file, generated / run / killed / survived.
+
+Read from the JSON that ``tools/mutate.py --json`` writes (after every mutant, so a run
+cut short still has its figures). ``EQUIVALENT`` holds the survivors argued equivalent in
+``docs/mutation-survivors.md``; a survivor is counted equivalent only if listed there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tools.mutation.runner import KILLED, SURVIVED, TIMEOUT
+
+# mutant id -> the short reason; the argument is in docs/mutation-survivors.md
+EQUIVALENT: dict[str, str] = {
+    "spec/machine.py:1045:reorder:0": "dict.get moved before the 'none' return: pure",
+}
+
+
+def _row(key: str, gen: int, c: Counter[str]) -> str:
+    run = sum(c.values())
+    killed = c[KILLED] + c[TIMEOUT]
+    decided = run - c["equivalent"] - c["error"]
+    share = f"{100 * killed / decided:.1f} %" if decided else "-"
+    return (f"| {key} | {gen} | {run} | {killed} | {c['equivalent']} | {c[SURVIVED]} "
+            f"| {c['error']} | {share} |")
+
+
+def tables(doc: dict[str, Any]) -> str:
+    """Markdown tables of one run's JSON document."""
+    by_op: dict[str, Counter[str]] = {}
+    by_file: dict[str, Counter[str]] = {}
+    for o in doc["outcomes"]:
+        status = o["status"]
+        if status == SURVIVED and o["id"] in EQUIVALENT:
+            status = "equivalent"
+        by_op.setdefault(o["operator"], Counter())[status] += 1
+        by_file.setdefault(o["file"], Counter())[status] += 1
+    head = ("| {} | generated | run | killed | equivalent | survived | error "
+            "| killed of non-equivalent run |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    out = [head.format("operator")]
+    for op, gen in doc["generated_by_operator"].items():
+        out.append(_row(op, gen, by_op.get(op, Counter())))
+    total: Counter[str] = Counter()
+    for c in by_op.values():
+        total.update(c)
+    out.append(_row("**all**", sum(doc["generated_by_operator"].values()), total))
+    out += ["", head.format("file")]
+    for file, gen in doc["generated_by_file"].items():
+        out.append(_row(f"`{file}`", gen, by_file.get(file, Counter())))
+    return "\n".join(out)
+
+
+def unreached(doc: dict[str, Any]) -> list[str]:
+    """Files of the selection the run did not reach at all."""
+    ran = {o["file"] for o in doc["outcomes"]}
+    return [f for f, n in doc["selected_by_file"].items() if n and f not in ran]
+
+
+def main(path: Path) -> str:
+    doc = json.loads(path.read_text())
+    lines = [tables(doc)]
+    miss = unreached(doc)
+    if miss:
+        lines.append("\nNot reached: " + ", ".join(f"`{f}`" for f in miss))
+    return "\n".join(lines)

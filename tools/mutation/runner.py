@@ -1,0 +1,204 @@
+"""Run mutants: each in its own scratch copy of the tree, guards first, then the suite.
+
+The package is installed editable in ``.venv``; a scratch copy puts its own root first on
+``PYTHONPATH`` and links ``hisparse/spec`` and ``hisparse/executor`` to its ``spec/`` and
+``executor/`` (the installed layout), so ``import hisparse...`` loads the mutated copy.
+``import_paths`` proves it for a copy, and the tool's tests check that a planted mutant is
+reported killed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.mutation.mutants import Mutant, mutated_source
+from tools.mutation.targets import FULL_SUITE_IGNORES, TARGETS, Guard
+
+ROOT = Path(__file__).resolve().parents[2]
+
+KILLED = "killed"
+SURVIVED = "survived"
+TIMEOUT = "timeout"  # a run that cannot finish counts as caught (a loop that never ends)
+ERROR = "error"  # pytest collected nothing or died (not a verdict on the mutant)
+
+
+def tree_files(root: Path = ROOT) -> list[str]:
+    """The working tree as git sees it: tracked files and untracked, unignored ones."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root, capture_output=True, check=True,
+    ).stdout.decode()
+    return sorted(f for f in out.split("\0") if f and (root / f).is_file())
+
+
+class Scratch:
+    """A private copy of the tree that imports as ``hisparse`` ahead of the install."""
+
+    def __init__(self, files: Iterable[str], root: Path = ROOT) -> None:
+        # the tree goes one level down, beside a link to the ``../shared`` the tests read
+        self.base = Path(tempfile.mkdtemp(prefix="hisparse-mutate-"))
+        self.root = self.base / root.name
+        shared = root.parent / "shared"
+        if shared.is_dir():
+            (self.base / "shared").symlink_to(shared.resolve())
+        for f in files:
+            dest = self.root / f
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / f, dest)
+        (self.root / "hisparse" / "spec").symlink_to("../spec")
+        (self.root / "hisparse" / "executor").symlink_to("../executor")
+        self.env = {**os.environ, "PYTHONPATH": str(self.root), "PYTHONDONTWRITEBYTECODE": "1"}
+        self.env.pop("CI", None)  # a skip is not a kill: the CI skip policy stays out
+
+    def __enter__(self) -> Scratch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def write(self, file: str, text: str) -> None:
+        (self.root / file).write_text(text)
+
+    def import_paths(self, modules: Iterable[str]) -> dict[str, str]:
+        """Where each module is imported from in this copy (its ``__file__``)."""
+        names = list(modules)
+        probe = "import importlib, sys\nfor n in sys.argv[1:]:\n" \
+                "    print(importlib.import_module(n).__file__)"
+        out = subprocess.run(
+            [sys.executable, "-c", probe, *names], cwd=self.root, env=self.env,
+            capture_output=True, text=True, check=True,
+        ).stdout.split()
+        return dict(zip(names, out, strict=True))
+
+    def pytest(self, args: list[str], markers: str, timeout: float) -> str:
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+               "-m", markers, "--hypothesis-seed=0", *args]
+        try:
+            proc = subprocess.run(cmd, cwd=self.root, env=self.env, capture_output=True,
+                                  text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return TIMEOUT
+        if proc.returncode == 0:
+            return SURVIVED
+        if proc.returncode in (1, 2, 3, 4):
+            # a test failed, collection or a conftest import broke on the mutant: the
+            # baseline ran the same arguments on the unmutated tree green
+            return KILLED
+        return ERROR  # 5: nothing collected, or a signal
+
+
+def module_name(file: str) -> str:
+    """The import name of a target file (``spec/x.py`` is ``hisparse.spec.x``)."""
+    parts = Path(file).with_suffix("").parts
+    head = {"spec": ["hisparse", "spec"], "executor": ["hisparse", "executor"]}.get(parts[0])
+    return ".".join([*(head or [parts[0]]), *parts[1:]])
+
+
+def guard_markers(guard: Guard) -> str:
+    return "not gpu" if guard.tlc else "not tlc and not gpu"
+
+
+FULL_MARKERS = "not tlc and not gpu"
+
+
+def full_suite_args() -> list[str]:
+    return ["tests", *(f"--ignore={p}" for p in FULL_SUITE_IGNORES)]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one mutant; ``phase`` is where it was decided (guard / full)."""
+
+    mutant: Mutant
+    status: str
+    phase: str
+    seconds: float
+
+
+def guard_key(guard: Guard) -> str:
+    return " ".join(guard.tests)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Seconds a guard run (by ``guard_key``) and a whole-suite run may take before the
+    mutant is timed out: a multiple of what the unmutated run took (``baseline``)."""
+
+    guard: dict[str, float]
+    full: float
+    default: float = 600.0
+
+    @classmethod
+    def from_baseline(cls, seconds: dict[str, float], factor: float, floor: float) -> Limits:
+        scaled = {k: max(floor, factor * v) for k, v in seconds.items()}
+        return cls(scaled, scaled.get("full", floor))
+
+    def of(self, guard: Guard) -> float:
+        return self.guard.get(guard_key(guard), self.default)
+
+
+def run_mutant(m: Mutant, files: list[str], limits: Limits, full: bool = True,
+               guard: Guard | None = None) -> Outcome:
+    """One mutant in its own scratch copy: its guards, then (if it survives them and
+    ``full``) the whole non-TLC suite."""
+    g = guard or TARGETS[m.file]
+    t0 = time.monotonic()
+    with Scratch(files) as s:
+        s.write(m.file, mutated_source(m, (ROOT / m.file).read_text()))
+        status = s.pytest(list(g.tests), guard_markers(g), limits.of(g))
+        phase = "guard"
+        if status == SURVIVED and full:
+            print(f"guard survivor, running the whole suite: {m.id}  {m.before}", flush=True)
+            status = s.pytest(full_suite_args(), FULL_MARKERS, limits.full)
+            phase = "full"
+    return Outcome(m, status, phase, round(time.monotonic() - t0, 1))
+
+
+def run_all(mutants: list[Mutant], jobs: int, limits: Limits, full: bool,
+            done: Callable[[Outcome], None]) -> list[Outcome]:
+    """Every mutant, ``jobs`` at a time (each a pytest process tree of its own)."""
+    files = tree_files()
+    outcomes: list[Outcome] = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(run_mutant, m, files, limits, full) for m in mutants]
+        for f in as_completed(futures):
+            o = f.result()
+            outcomes.append(o)
+            done(o)
+    return outcomes
+
+
+def baseline(files: list[str], guards: Iterable[Guard], full: bool,
+             jobs: int) -> dict[str, float]:
+    """Run every guard set (and the whole suite) on the unmutated tree: each must pass.
+    Returns the seconds each took, keyed by the guard's tests (``full`` for the suite)."""
+    seconds: dict[str, float] = {}
+    with Scratch(files) as s:
+        paths = s.import_paths(module_name(f) for f in sorted(TARGETS))
+        stray = {n: p for n, p in paths.items() if not p.startswith(str(s.root))}
+        if stray:
+            raise SystemExit(f"the scratch copy does not shadow the install: {stray}")
+        runs = {guard_key(g): (list(g.tests), guard_markers(g)) for g in set(guards)}
+        if full:
+            runs["full"] = (full_suite_args(), FULL_MARKERS)
+
+        def one(key: str) -> tuple[str, str, float]:
+            t0 = time.monotonic()
+            args, markers = runs[key]
+            return key, s.pytest(args, markers, 3600), round(time.monotonic() - t0, 1)
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for key, status, took in pool.map(one, sorted(runs)):
+                if status != SURVIVED:
+                    raise SystemExit(f"the unmutated tests do not pass ({status}): {key}")
+                seconds[key] = took
+    return seconds
