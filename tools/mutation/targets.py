@@ -111,6 +111,31 @@ TARGETS: dict[str, Guard] = {
     "executor/resolver.py": _t(*_EXECUTOR),
     "executor/stream.py": _t(*_EXECUTOR, "test_boundaries_system"),
     "executor/validate.py": _t(*_EXECUTOR),
+    "executor/accounting.py": _t("test_accounting_executor", "test_sizing"),
+    # message integrity: sequence numbers, faulty channels, shapes of unvalidated messages
+    "hisparse/channel.py": _t("test_channels", "test_system_stateful", *_SYSTEM),
+    "hisparse/msgfaults.py": _t("test_simulate", "test_channels"),
+    "hisparse/msgshape.py": _t("test_boundaries_system", "test_channels"),
+    "hisparse/jsonlines.py": _t("test_workload", "test_trace_limits"),
+    "hisparse/tlc/launch.py": _t("test_interrupt", "test_tlc_check", tlc=True),
+    "hisparse/tlc/signals.py": _t("test_interrupt", "test_cli", tlc=True),
+    # sizing: model geometry, plan, the replay beside HiSparse disabled
+    "hisparse/models.py": _t("test_sizing", "test_config"),
+    "hisparse/sizing/baseline.py": _t("test_sizing"),
+    "hisparse/sizing/cli.py": _t("test_sizing", "test_cli"),
+    "hisparse/sizing/plan.py": _t("test_sizing"),
+    "hisparse/sizing/replay.py": _t("test_sizing", "test_accounting_executor"),
+    "hisparse/sizing/table.py": _t("test_sizing"),
+    "hisparse/sizing/toy.py": _t("test_sizing", "test_cli"),
+    # the P/D import transport (loopback and NIXL between processes)
+    "hisparse/transport/base.py": _t("test_transport"),
+    "hisparse/transport/errors.py": _t("test_transport"),
+    "hisparse/transport/geometry.py": _t("test_transport"),
+    "hisparse/transport/loopback.py": _t("test_transport"),
+    "hisparse/transport/nixl.py": _t("test_transport"),
+    "hisparse/transport/nixlpeer.py": _t("test_transport"),
+    "hisparse/transport/staging.py": _t("test_transport"),
+    "hisparse/bench/nixl.py": _t("test_bench_cli", "test_transport"),
 }
 
 _REEXPORTS = "re-exports only: no logic to mutate"
@@ -127,6 +152,8 @@ EXCLUDED: dict[str, str] = {
     "hisparse/tlc/__init__.py": _REEXPORTS,
     "hisparse/tp/__init__.py": _REEXPORTS,
     "hisparse/tracecheck/__init__.py": _REEXPORTS,
+    "hisparse/sizing/__init__.py": _REEXPORTS,
+    "hisparse/transport/__init__.py": _REEXPORTS,
     "executor/cuda/__init__.py": _GPU,
     "executor/cuda/backend.py": _GPU,
     "executor/cuda/executor.py": _GPU,
