@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hisparse.bugs import BUGS, InjectedBug, get_bug
+from hisparse.bugs import BUGS, PROTOCOL_BUGS, SUFFIX_BUGS, InjectedBug, get_bug
 from hisparse.tlc import TlcChecksumMismatch, TlcError, TlcInstall, TlcUnavailable
 from hisparse.tlc import cfg as cfgfile
 from hisparse.tlc.acquire import JAR_NAME, JAR_SHA256, require_tool, verify_jar
@@ -133,7 +133,7 @@ def test_tensor_parallel_bug_caught_with_a_shared_pool_too(
 
 
 def test_tensor_parallel_bugs_run_on_a_two_rank_model() -> None:
-    tp = {b.name: b.model for b in BUGS if b.model != "small"}
+    tp = {b.name: b.model for b in PROTOCOL_BUGS if b.model != "small"}
     assert tp == {
         "release_source_at_first_enqueued": "tp",
         "publish_after_one_rank_done": "tp",
@@ -148,7 +148,9 @@ def test_tensor_parallel_bugs_run_on_a_two_rank_model() -> None:
 
 def test_bug_registry_is_well_formed() -> None:
     names = [b.name for b in BUGS]
-    assert len(names) == len(set(names)) == 21  # main's 16, five tensor-parallel bugs
+    assert len(names) == len(set(names)) == 25  # main's 16, five tensor-parallel, four suffix
+    assert {b.model for b in SUFFIX_BUGS} == {"suffix"}
+    assert BUGS == PROTOCOL_BUGS + SUFFIX_BUGS
     assert all(b.kind in ("invariant", "property") for b in BUGS)
 
 

@@ -24,8 +24,9 @@ from hisparse.tlc.output import TEMPORAL, Verdict, worst
 from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, run_tlc
 
-# tp / tpshared: two tensor-parallel ranks, private host pools / one shared pool
-MODELS = ("small", "ci", "deep", "tp", "tpshared")
+# tp / tpshared: two tensor-parallel ranks, private host pools / one shared pool;
+# suffix: the indexer suffix rule (tla/IndexerSuffix.tla, a companion module)
+MODELS = ("small", "ci", "deep", "tp", "tpshared", "suffix")
 INJECT_MODULE = "MCInject"
 INJECT_OPERATOR = "InjectedBug"
 
