@@ -12,7 +12,12 @@ from pydantic import ValidationError
 from hisparse.connector import HiSparseConnector
 from hisparse.connectors.base import KVLayout, MalformedChildMessage
 from hisparse.coordinator import Admission
-from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseWorkerMeta
+from hisparse.spec.messages import (
+    CONNECTOR_METADATA,
+    WORKER_META,
+    HiSparseConnectorMetadata,
+    HiSparseWorkerMeta,
+)
 from hisparse.workerport import WorkerPort
 
 NAME = "hisparse"
@@ -26,6 +31,8 @@ class HiSparseSchedulerChild:
     def __init__(self, conn: HiSparseConnector, layout: KVLayout, name: str = NAME) -> None:
         self.conn, self._layout, self._name = conn, layout, name
         self._external: dict[str, int] = {}  # live request -> external tokens given
+        self._staged: HiSparseConnectorMetadata | None = None
+        self._is_staged = False
 
     @property
     def name(self) -> str:
@@ -52,8 +59,16 @@ class HiSparseSchedulerChild:
             self._external.pop(request_id, None)
         return adm
 
+    def stage(self, meta: HiSparseConnectorMetadata | None) -> None:
+        """The commands this step already took from the coordinator (a driver that
+        takes them itself, as the simulator does): the next build sends these."""
+        self._staged, self._is_staged = meta, True
+
     def build_connector_meta(self) -> bytes | None:
-        meta = self.conn.build_connector_meta()
+        if self._is_staged:
+            meta, self._staged, self._is_staged = self._staged, None, False
+        else:
+            meta = self.conn.build_connector_meta()
         return None if meta is None else CONNECTOR_METADATA.dump_json(meta)
 
     def parse_worker_meta(self, raw: bytes) -> HiSparseWorkerMeta:

@@ -78,6 +78,7 @@ class OffloadingScheduler:
         self._unsent: list[Job] = []
         self._sent: set[int] = set()
         self._stores_in_flight: dict[str, int] = {}  # request -> its open stores
+        self._completed = Completed()  # since the last take_completed
         self.stats = OffloadStats()
 
     @property
@@ -182,7 +183,15 @@ class OffloadingScheduler:
         return meta
 
     def apply_worker_meta(self, parsed: object) -> None:
-        self.on_worker_meta(parsed)
+        done = self.on_worker_meta(parsed)
+        self._completed.stores += done.stores
+        self._completed.restores += done.restores
+
+    def take_completed(self) -> Completed:
+        """The jobs completed by the worker meta applied since the last call (the
+        engine frees a stored block's GPU copy, publishes a restored one)."""
+        out, self._completed = self._completed, Completed()
+        return out
 
     def on_worker_meta(self, parsed: object) -> Completed:
         """Consume acks (every one checked before any is applied)."""
