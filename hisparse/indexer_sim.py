@@ -27,8 +27,9 @@ from hisparse.connectors.indexer_rows import IndexerLayout, oracle_block
 from hisparse.connectors.multi import MultiConnectorScheduler, MultiConnectorWorker
 from hisparse.connectors.offload_store import BlockHash, chain_hashes
 from hisparse.connectors.offloading import Completed, OffloadingScheduler, OffloadingWorker
+from hisparse.connectors.wire import MULTI_MESSAGE
 from hisparse.simulate import SimulateOptions, Simulation
-from hisparse.spec.messages import HiSparseConnectorMetadata
+from hisparse.spec.messages import WORKER_META, HiSparseConnectorMetadata
 from hisparse.spec.suffix import SuffixPlan, plan_suffix
 from hisparse.workerport import DecodeRows, WorkerPort
 from hisparse.workload import Arrival
@@ -236,6 +237,10 @@ class IndexerSimulation(Simulation):
         if q:  # the offload stream lands late and in batches too
             self.offload_worker.land(None if self._draining else self.rng.randint(0, q))
         raw = self.multi_worker.get_worker_meta()
+        if raw is not None and self.metrics is not None:  # HiSparse's part, as before
+            for part in MULTI_MESSAGE.validate_json(raw).parts:
+                if part.child == self.hs_child.name:
+                    self.metrics.on_worker_meta(WORKER_META.validate_json(part.data), t)
         self.multi.update_connector_output(raw)
         self._completed(self.offload.take_completed())
 

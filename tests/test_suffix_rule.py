@@ -26,6 +26,8 @@ from hisparse.spec.suffix import (
 )
 from hisparse.spec.suffix_variants import SUFFIX_VARIANTS, suffix_machine
 from hisparse.tlc import TlcInstall
+from hisparse.tlc.check import check_model
+from hisparse.tlc.errors import ModelError
 
 TLA = Path(__file__).resolve().parents[1] / "tla"
 SPEC = (TLA / "IndexerSuffix.tla").read_text()
@@ -181,3 +183,12 @@ def test_twin_reaches_exactly_tlcs_states(tlc: TlcInstall, tmp_path: Path) -> No
     assert report["invariants"] == list(SUFFIX_INVARIANTS)
     n = int(re.search(r"^MCN == (\d+)$", (TLA / "MC_suffix.tla").read_text(), re.M)[1])  # type: ignore[index]
     assert report["distinct_states"] == explore(SuffixMachine(n)).states
+
+
+def test_a_bug_is_injected_only_into_its_own_spec() -> None:
+    """A suffix bug on a HiSparse model (or the reverse) would run clean and look
+    uncaught: it is refused before TLC starts."""
+    with pytest.raises(ModelError, match=r"IndexerSuffix\.tla"):
+        check_model("small", inject="no_fallback")
+    with pytest.raises(ModelError, match=r"HiSparse\.tla"):
+        check_model("suffix", inject="double_allocation")
