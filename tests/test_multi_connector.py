@@ -260,3 +260,24 @@ def test_hisparse_config_is_found_alone_or_as_a_multiconnector_child() -> None:
 def test_bad_connector_configs_are_typed_errors(doc: Any, match: str) -> None:
     with pytest.raises(ConnectorError, match=match):
         hisparse_config_from(doc)
+
+
+def test_a_hisparse_ack_it_refuses_leaves_the_offload_child_unchanged() -> None:
+    """Well-formed bytes that HiSparse's coordinator refuses (an ack for a transfer never
+    handed over): the typed refusal comes before the offload child consumes its part,
+    and both are unchanged."""
+    from hisparse.spec.errors import ProtocolError
+    from hisparse.spec.messages import WORKER_META, HiSparseWorkerMeta
+
+    coord, multi, worker, off_s, off_w, _port = _system()
+    off_s.save("r", [("h0", 0)])
+    worker.bind_connector_metadata(multi.build_connector_meta())
+    off_w.land(None)
+    up = MULTI_MESSAGE.validate_json(worker.get_worker_meta() or b"")
+    bogus = ChildBytes(child="hisparse", data=WORKER_META.dump_json(
+        HiSparseWorkerMeta(enqueued=(41,))))
+    before = (coord.state.clone(), copy.deepcopy(off_s.store.__dict__))
+    with pytest.raises(ProtocolError):
+        multi.update_connector_output(MULTI_MESSAGE.dump_json(
+            MultiMessage(parts=(bogus, *up.parts))))
+    assert (coord.state.clone(), copy.deepcopy(off_s.store.__dict__)) == before

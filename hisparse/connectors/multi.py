@@ -9,6 +9,9 @@
 - Metadata and worker meta: per child, each child's own bytes inside one
   ``MultiMessage``; every child's part is validated before any child applies its
   part, so a bad child message is a ``MalformedChildMessage`` that changes no child.
+  Children apply in order; one whose apply may still refuse well-formed bytes
+  (HiSparse: the coordinator checks acks by the protocol's rules, changing nothing)
+  goes first, so its refusal precedes every other child's change.
 - Construction: unique names, one KV layout (a ``ConnectorError`` names the children
   that disagree), at most one memory-pool provider.
 - Stats: per child, under the child's name.
