@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hisparse.spec.catalogue import CATALOGUE, BugKind
+from hisparse.spec.suffix_variants import SUFFIX_VARIANTS
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,19 @@ class InjectedBug:
     model: str = "small"  # the TLC model that catches it (tensor-parallel bugs: tp, tpshared)
 
 
-# Declared with the action each one changes, as a variant in the protocol catalogue.
-BUGS: tuple[InjectedBug, ...] = tuple(
+# Declared with the action each one changes, as a variant in the protocol catalogue:
+# the bugs of tla/HiSparse.tla (what traces, the machine and its pytest twins know).
+PROTOCOL_BUGS: tuple[InjectedBug, ...] = tuple(
     InjectedBug(v.bug, v.catches, v.kind, v.summary, v.model)
     for a in CATALOGUE
     for v in a.variants
 )
+# The companion spec tla/IndexerSuffix.tla's bugs (model ``suffix``; spec/suffix_variants.py).
+SUFFIX_BUGS: tuple[InjectedBug, ...] = tuple(
+    InjectedBug(v.bug, v.catches, v.kind, v.summary, v.model) for v in SUFFIX_VARIANTS
+)
+# Every bug ``hisparse check --inject`` knows.
+BUGS: tuple[InjectedBug, ...] = PROTOCOL_BUGS + SUFFIX_BUGS
 
 
 def get_bug(name: str) -> InjectedBug:

@@ -374,6 +374,15 @@ def _register_simulate(sub: SubParsers) -> None:
                    help=f"requests decoding at once (hot-state slots) (default: {d.concurrency})")
     z.add_argument("--speculative", type=nonneg_int, default=d.num_speculative_tokens,
                    help="extra verification steps resolved per request per decode")
+    x = p.add_argument_group("indexer offload")
+    x.add_argument("--indexer-offload", action="store_true",
+                   help="give every page indexer keys (FP8 + scales) in their own GPU "
+                   "group, stored and restored by an OffloadingConnector under a "
+                   "MultiConnector with HiSparse; admission applies the suffix rule")
+    x.add_argument("--offload-blocks", type=positive_int, default=d.offload_blocks,
+                   help="blocks in the OffloadingConnector's host store")
+    x.add_argument("--indexer-gpu-blocks", type=positive_int, default=None,
+                   help="GPU blocks of the indexer group (default: --gpu-blocks)")
     r = p.add_argument_group("run and output")
     r.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="reference (NumPy, runs anywhere), cuda (CuPy, NVIDIA GPU) or "
@@ -449,12 +458,15 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         worker_restarts=args.worker_restarts, message_faults=args.message_faults,
         tp=args.tp, backing=args.backing,
         worker_processes=args.worker_processes or args.tp > 1,
+        indexer_offload=args.indexer_offload, offload_blocks=args.offload_blocks,
+        indexer_gpu_blocks=args.indexer_gpu_blocks,
     )
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from hisparse.indexer_sim import indexer_lines
     from hisparse.report import (
         ReportError,
         check_plot_available,
@@ -463,7 +475,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         plot,
         result_lines,
     )
-    from hisparse.simulate import SimulateOptions, Simulation, report_json
+    from hisparse.simulate import SimulateOptions, make_simulation, report_json
     from hisparse.workload import WorkloadError
 
     if args.model is not None:  # a sizing replay: HiSparse on and off, side by side
@@ -478,7 +490,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         opts = _simulate_options(args)
         if args.plot is not None:
             check_plot_available()
-        sim = Simulation(opts)
+        sim = make_simulation(opts)
         if args.metrics_port is not None:
             from hisparse.metrics import HiSparseMetrics
 
@@ -501,7 +513,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             metrics.close()
     print(f"ran in {time.monotonic() - start:.1f} s", file=sys.stderr)
     doc = report_json(rep)
-    for line in result_lines(doc):
+    for line in result_lines(doc) + indexer_lines(rep.indexer):
         print(line)
     if args.json is not None:
         args.json.write_text(dumps(doc))

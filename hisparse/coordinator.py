@@ -147,14 +147,23 @@ class HiSparseCoordinator:
     def gpu_blocks_needed(self, request_id: RequestId) -> int:
         return len(self.machine.state.page_keys[request_id]) - self.lookup_prefix(request_id)
 
-    def admit(self, request_id: RequestId) -> Admission | None:
+    def admit(self, request_id: RequestId, max_hits: int | None = None) -> Admission | None:
         """Arrive: None (and nothing changes) if HMA cannot give the blocks now;
-        ``RequestNeverFits`` if it never could."""
+        ``RequestNeverFits`` if it never could. ``max_hits`` caps the host prefix hit
+        (the indexer suffix rule's fallback: every group admitted with the prefix they
+        share); the pages past it get GPU blocks."""
         m = self.machine
         m.check_arrive(request_id)
         s = m.state
         n = len(s.page_keys[request_id])
         hits = m.hit_len(request_id)
+        hosts: list[int] | None = None
+        if max_hits is not None and max_hits < hits:
+            if max_hits < 0:
+                raise ValueError(f"max_hits must be at least 0, got {max_hits}")
+            hits = max_hits
+            keys = s.page_keys[request_id]
+            hosts = [min(s.prefix[keys[i]]) for i in range(hits)]
         need = n - hits
         if need > self.gpu_blocks:
             raise RequestNeverFits(request_id, need, self.gpu_blocks)
@@ -162,7 +171,7 @@ class HiSparseCoordinator:
         if blocks is None:
             return None
         try:
-            m.Arrive(request_id, blocks=blocks)
+            m.Arrive(request_id, blocks=blocks, hosts=hosts)
         except ProtocolError:  # unreachable after check_arrive; hand the blocks back
             self.kv.free(blocks)
             raise

@@ -90,6 +90,12 @@ class SimulateOptions:
     # host allocation that only rank 0 (the writer) copies into
     tp: int = 1
     backing: str = "private"  # or "shared"
+    # the indexer group through an OffloadingConnector under a MultiConnector with
+    # HiSparse (hisparse/indexer_sim.py): its GPU blocks (None: gpu_blocks) and the
+    # offload store's blocks
+    indexer_offload: bool = False
+    indexer_gpu_blocks: int | None = None
+    offload_blocks: int = 48
 
     @property
     def host_block_bytes(self) -> int:
@@ -179,6 +185,7 @@ class SimulateReport:
     # worker-loss path (also counted in worker_restarts)
     message_faults: dict[str, int] = field(default_factory=dict)
     trace_steps: int | None = None  # only with --trace
+    indexer: dict[str, Any] = field(default_factory=dict)  # only with --indexer-offload
     sizes: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in SERIES})
     notes: list[str] = field(default_factory=list)
@@ -726,10 +733,20 @@ def coverage_notes(rep: SimulateReport) -> list[str]:
     return notes
 
 
+def make_simulation(opts: SimulateOptions, metrics: HiSparseMetrics | None = None
+                    ) -> Simulation:
+    """The run ``opts`` asks for (with ``indexer_offload``: hisparse/indexer_sim.py)."""
+    if opts.indexer_offload:
+        from hisparse.indexer_sim import IndexerSimulation
+
+        return IndexerSimulation(opts, metrics=metrics)
+    return Simulation(opts, metrics=metrics)
+
+
 def simulate(
     opts: SimulateOptions, progress: bool = False, metrics: HiSparseMetrics | None = None
 ) -> SimulateReport:
-    return Simulation(opts, metrics=metrics).run(progress)
+    return make_simulation(opts, metrics=metrics).run(progress)
 
 
 def report_json(rep: SimulateReport) -> dict[str, Any]:

@@ -289,19 +289,23 @@ class ProtocolMachine:
         """Admit r: published host pages serve its prefix hit, free GPU blocks the rest.
 
         ``blocks``/``hosts`` pick the GPU blocks and host hits; by default the
-        lowest-numbered candidates are taken.
+        lowest-numbered candidates are taken. ``hosts`` shorter than the hit caps it
+        (the indexer suffix rule's fallback): the pages past it get GPU blocks.
         """
         s, a = self.state, "Arrive"
         st = s.req.get(r)
         if st != "new":
             self.check_arrive(r)  # raises
         keys = s.page_keys[r]
-        m = self.hit_len(r)
-        if m or (hosts is not None and len(hosts)):  # (no comprehension frames: no hit)
+        hit = self.hit_len(r)
+        m = hit if hosts is None else len(hosts)  # a capped hit: the first m pages of it
+        if m > hit:
+            raise ActionNotEnabled(a, f"hosts {list(hosts or ())} exceed the {hit}-page hit")
+        if m:  # (no comprehension frames: no hit)
             if hosts is None:
                 hosts = [min(s.prefix[keys[i]]) for i in range(m)]
             hits = [HostBlock(x) for x in hosts]  # (typed HostBlock: mypyc keeps the type)
-            if len(hits) != m or any(hits[i] not in s.prefix[keys[i]] for i in range(m)):
+            if any(hits[i] not in s.prefix[keys[i]] for i in range(m)):
                 raise ActionNotEnabled(
                     a, f"hosts {list(hits)} are not published copies of the hit"
                 )

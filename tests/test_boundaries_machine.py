@@ -123,12 +123,21 @@ def test_arrive_hosts_must_be_the_published_copies() -> None:
     m = make_machine()
     _published(m)
     assert m.hit_len("r0") == 1
-    refused(m, lambda: m.Arrive("r0", hosts=[]))
     refused(m, lambda: m.Arrive("r0", hosts=[1]))  # right length, not a copy of k0
-    refused(m, lambda: m.Arrive("r0", hosts=[2, 2]))
+    refused(m, lambda: m.Arrive("r0", hosts=[2, 2]))  # longer than the hit
     m.Arrive("r0", hosts=[2])
     assert m.state.loc[("r0", 1)] == ("host", 2)
     assert m.state.host_refs[2] == 1
+
+
+def test_arrive_with_a_capped_hit() -> None:
+    """``hosts=[]`` caps the 1-page hit at 0 (the indexer suffix fallback): the page
+    gets a GPU block that prefill writes, and the published copy stays unreferenced."""
+    m = make_machine()
+    _published(m)
+    m.Arrive("r0", hosts=[])
+    assert m.state.loc[("r0", 1)] is not None and m.state.loc[("r0", 1)][0] == "gpu"
+    assert m.state.host_refs.get(2, 0) == 0
 
 
 def test_prefix_hit_needs_only_the_missing_blocks() -> None:

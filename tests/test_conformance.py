@@ -22,7 +22,8 @@ def graph(tlc: TlcInstall) -> StateGraph:
 @pytest.mark.tlc
 def test_every_transition_of_the_model_replays_on_python(graph: StateGraph) -> None:
     r = replay_graph(graph)
-    assert r.states == len(graph.states) == 9600
+    # 6584 before the faulty channels (9600) and before Arrive could cap its hit (+24)
+    assert r.states == len(graph.states) == 9624
     assert r.transitions + r.stutters == len(graph.edges)
     # every action of the catalogue but those only an injected bug enables (WorkerDrop)
     # and those only a reader rank of a shared pool takes (MC_gen has one rank)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from hisparse.bugs import BUGS
+from hisparse.bugs import PROTOCOL_BUGS as BUGS  # the bugs of tla/HiSparse.tla
 from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES, TypeOK, check_invariants

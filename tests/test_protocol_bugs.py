@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from hisparse.bugs import BUGS
+from hisparse.bugs import PROTOCOL_BUGS as BUGS
 from hisparse.spec.errors import ActionNotEnabled, InvariantViolation
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.machine import ProtocolMachine

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from transitions import MachineError
 
-from hisparse.bugs import BUGS
+from hisparse.bugs import PROTOCOL_BUGS as BUGS  # the bugs of tla/HiSparse.tla
 from hisparse.spec import machine as machine_module
 from hisparse.spec.catalogue import (
     ACTION_NAMES,

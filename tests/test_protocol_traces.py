@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from hisparse.bugs import BUGS
+from hisparse.bugs import PROTOCOL_BUGS as BUGS  # the bugs of tla/HiSparse.tla
 from hisparse.spec.record import machine_trace
 from hisparse.spec.trace import read_trace, write_trace
 from hisparse.tlc import TlcInstall

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hisparse.bugs import BUGS, InjectedBug, get_bug
+from hisparse.bugs import BUGS, PROTOCOL_BUGS, SUFFIX_BUGS, InjectedBug, get_bug
 from hisparse.tlc import TlcChecksumMismatch, TlcError, TlcInstall, TlcUnavailable
 from hisparse.tlc import cfg as cfgfile
 from hisparse.tlc.acquire import JAR_NAME, JAR_SHA256, require_tool, verify_jar
@@ -133,7 +133,7 @@ def test_tensor_parallel_bug_caught_with_a_shared_pool_too(
 
 
 def test_tensor_parallel_bugs_run_on_a_two_rank_model() -> None:
-    tp = {b.name: b.model for b in BUGS if b.model not in ("small", "ci")}
+    tp = {b.name: b.model for b in PROTOCOL_BUGS if b.model not in ("small", "ci")}
     assert tp == {
         "release_source_at_first_enqueued": "tp",
         "publish_after_one_rank_done": "tp",
@@ -148,12 +148,15 @@ def test_tensor_parallel_bugs_run_on_a_two_rank_model() -> None:
 
 def test_bug_registry_is_well_formed() -> None:
     names = [b.name for b in BUGS]
-    # main's 16, five tensor-parallel bugs, four of the faulty channels (model ci)
-    assert len(names) == len(set(names)) == 25
+    # main's 16, five tensor-parallel bugs, four of the faulty channels (model ci), four
+    # of the suffix rule's companion spec (model suffix)
+    assert len(names) == len(set(names)) == 29
     assert {b.name for b in BUGS if b.model == "ci"} == {
         "worker_applies_replay", "worker_forgets_published", "worker_skips_gap",
         "loss_path_ignores_gaps",
     }
+    assert {b.model for b in SUFFIX_BUGS} == {"suffix"}
+    assert BUGS == PROTOCOL_BUGS + SUFFIX_BUGS
     assert all(b.kind in ("invariant", "property") for b in BUGS)
 
 

@@ -53,6 +53,7 @@ def test_wheel_checks_models_and_traces_in_a_fresh_venv(tmp_path: Path) -> None:
     shipped = {f"hisparse/tla/{p.name}" for p in (ROOT / "tla").glob("*.tla")}
     shipped |= {f"hisparse/tla/{p.name}" for p in (ROOT / "tla").glob("*.cfg")}
     assert shipped <= names, f"models missing from the wheel: {sorted(shipped - names)}"
+    assert "hisparse/connectors/multi.py" in names  # every sub-package ships
     assert any(n.endswith("/licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
 
     venv = tmp_path / "venv"

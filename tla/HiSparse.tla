@@ -217,15 +217,18 @@ Scribble(D) == [b \in Copiers |-> [h \in HostBlocks |->
 -----------------------------------------------------------------------------
 (* Scheduler actions. *)
 
-\* A request arrives: published host pages serve its longest prefix hit;
-\* every other page gets a free GPU block that prefill writes. `hosts` and
-\* `blocks` (sequences) are the choice: the hit's host copies, then the GPU
-\* blocks of the remaining pages in order. Arrive(r) chooses them freely;
-\* trace validation passes the ones an implementation reported.
+\* A request arrives: published host pages serve a prefix of its longest
+\* prefix hit (the whole hit, or less when the scheduler caps it: the indexer
+\* suffix rule's fallback, tla/IndexerSuffix.tla); every other page gets a
+\* free GPU block that prefill writes. `hosts` and `blocks` (sequences) are
+\* the choice: the hit's host copies, then the GPU blocks of the remaining
+\* pages in order. Arrive(r) chooses them freely; trace validation passes
+\* the ones an implementation reported.
 ArriveWith(r, hosts, blocks) ==
     /\ req[r] = "new"
+    /\ Len(hosts) <= HitLen(r)
     /\ LET n == Len(PageKeys[r])
-           m == HitLen(r)
+           m == Len(hosts)
            Cand == IF Bug = "double_allocation" THEN GpuBlocks ELSE FreeGpu
            At(i) == IF i <= m THEN <<"host", hosts[i]>> ELSE <<"gpu", blocks[i - m]>>
            Holder(g) == CHOOSE j \in 1..(n - m) : blocks[j] = g
@@ -244,10 +247,9 @@ ArriveWith(r, hosts, blocks) ==
                    workerVars, hostData>>
 
 Arrive(r) ==
-    LET m == HitLen(r)
-        k == Len(PageKeys[r]) - m
-    IN \E hosts \in [1..m -> HostBlocks], blocks \in [1..k -> GpuBlocks] :
-           ArriveWith(r, hosts, blocks)
+    \E m \in 0..HitLen(r) :
+        \E hosts \in [1..m -> HostBlocks], blocks \in [1..(Len(PageKeys[r]) - m) -> GpuBlocks] :
+            ArriveWith(r, hosts, blocks)
 
 \* Spill a resident page: pin the source and destination leases, send the
 \* SparseKVPageTransfer down to every rank.

@@ -25,8 +25,10 @@ from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, run_tlc
 from hisparse.tlc.signals import held, latched
 
-# tp / tpshared: two tensor-parallel ranks, private host pools / one shared pool
-MODELS = ("small", "ci", "deep", "tp", "tpshared")
+# tp / tpshared: two tensor-parallel ranks, private host pools / one shared pool;
+# suffix: the indexer suffix rule (tla/IndexerSuffix.tla, a companion module)
+MODELS = ("small", "ci", "deep", "tp", "tpshared", "suffix")
+SUFFIX = "suffix"  # the companion spec: its own module, constants and bugs
 INJECT_MODULE = "MCInject"
 INJECT_OPERATOR = "InjectedBug"
 
@@ -233,10 +235,14 @@ def check_model(
     check caught the bug) and kept, with its logs, otherwise; an interrupt deletes it.
     ``progress`` is told when each TLC run starts and ends.
     """
+    bug = get_bug(inject) if inject else None
+    if bug is not None and (bug.model == SUFFIX) != (model == SUFFIX):
+        spec = "tla/IndexerSuffix.tla" if bug.model == SUFFIX else "tla/HiSparse.tla"
+        raise ModelError(f"bug {bug.name} is a bug of {spec} (model {bug.model}); "
+                         f"model {model} cannot inject it")
     install = install or ensure_tlc()
     tla = tla_dir or default_tla_dir()
     files = model_files(model, tla)
-    bug = get_bug(inject) if inject else None
     s = _Session(model, install, workers, echo, tla, progress)
     try:
         with latched():  # no interrupt is lost between TLC runs either

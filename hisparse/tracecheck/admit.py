@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hisparse.bugs import BUGS
+from hisparse.bugs import PROTOCOL_BUGS as BUGS
 from hisparse.spec.trace import TraceHeader
 
 # TLC's integers are 32-bit; HostCapacityRoundedUp adds the two byte constants.

@@ -1,0 +1,121 @@
+"""``hisparse simulate --indexer-offload``: suffix restores and fallbacks happen, every
+indexer row matches the oracle, the check has teeth, the trace (capped arrivals
+included) is accepted by ``hisparse check --trace``; HiSparse's capped admission."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hisparse.blockpool import BlockPool
+from hisparse.config import HiSparseConfig
+from hisparse.coordinator import HiSparseCoordinator
+from hisparse.indexer_sim import IndexerSimulation, indexer_lines
+from hisparse.simulate import SimulateOptions, make_simulation
+from hisparse.spec.messages import HiSparseWorkerMeta
+from hisparse.spec.suffix import SuffixPlan
+from hisparse.tlc import TlcInstall
+
+# synthetic, seed 0: prefix sharing makes restores and fallbacks happen (counts below)
+OPTS = SimulateOptions(indexer_offload=True, offload_blocks=96)
+
+
+def test_restores_and_fallbacks_happen_with_every_row_correct() -> None:
+    sim = make_simulation(OPTS)
+    assert isinstance(sim, IndexerSimulation)
+    rep = sim.run()
+    ix = rep.indexer
+    assert (rep.violations, rep.data_mismatches, ix["mismatches"]) == (0, 0, 0), rep.notes
+    assert ix["suffix_restores"] > 0 and ix["fallbacks"] > 0
+    assert ix["restored_blocks"] > 0 and ix["restore_bytes"] == (
+        ix["restored_blocks"] * sim.ix.block_bytes)
+    assert ix["stored_blocks"] > 0 and ix["offload_evictions"] > 0
+    assert ix["host_beyond_gpu"] == ix["suffix_restores"] + ix["fallbacks"]
+    assert ix["rows_checked"] > 0 and ix["open_jobs"] == 0
+    assert ix["children"] == ["hisparse", "offload"]
+    assert rep.finished + rep.aborted + rep.still_running == ix["admissions"]
+    assert sim.group.num_free == sim.group.blocks  # every indexer block back
+    lines = indexer_lines(ix)
+    assert len(lines) == 3 and "suffix restores" in lines[0]
+
+
+def test_a_missing_suffix_without_fallback_is_caught_as_mismatches() -> None:
+    """The rule's no_fallback bug in the simulator: the host hit is admitted whole
+    although part of the indexer suffix is not restorable; those pages' indexer keys
+    are never on the GPU, and the row check counts them."""
+
+    class NoFallback(IndexerSimulation):
+        def plan(self, r: str) -> SuffixPlan:
+            p = super().plan(r)
+            return SuffixPlan(p.host_hit, p.gpu_hit, p.host_hit, p.host_hit, ()) \
+                if p.fallback else p
+
+    rep = NoFallback(OPTS).run()
+    assert rep.indexer["mismatches"] > 0
+    assert rep.data_mismatches >= rep.indexer["mismatches"]
+
+
+def test_the_indexer_run_takes_one_private_rank() -> None:
+    for bad in ({"tp": 2}, {"worker_restarts": 1}, {"indexer_gpu_blocks": 8}):
+        with pytest.raises(ValueError, match="indexer"):
+            make_simulation(SimulateOptions(indexer_offload=True, **bad))  # type: ignore[arg-type]
+
+
+def test_cli_refuses_a_bad_combination_in_one_line() -> None:
+    proc = subprocess.run([sys.executable, "-m", "hisparse", "simulate", "--indexer-offload",
+                           "--tp", "2", "--no-progress"], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.tlc
+def test_its_trace_with_capped_arrivals_is_accepted(tlc: TlcInstall, tmp_path: Path) -> None:
+    trace = tmp_path / "indexer.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "hisparse", "simulate", "--indexer-offload",
+                           "--offload-blocks", "96", "--no-progress", "--trace", str(trace)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fallbacks 2" in proc.stdout, proc.stdout  # the run caps arrivals
+    check = subprocess.run([sys.executable, "-m", "hisparse", "check", "--trace", str(trace),
+                            "--workers", "1"], capture_output=True, text=True, check=False)
+    assert check.returncode == 0 and "accepted" in check.stdout, check.stdout + check.stderr
+
+
+# --- HiSparse's capped admission --------------------------------------------------------
+
+
+def _published() -> HiSparseCoordinator:
+    cfg = HiSparseConfig(host_pool_blocks=4, block_tokens=4, row_bytes=16, top_k=4)
+    c = HiSparseCoordinator(cfg, BlockPool(4), gpu_blocks=4, check=True)
+    c.add_request("a", ("k0", "k1"))
+    assert c.admit("a") is not None
+    tids = tuple(c.spill(page) for page in (("a", 1), ("a", 2)))
+    assert None not in tids
+    c.take_commands()
+    ids = tuple(t for t in tids if t is not None)
+    c.on_worker_meta(HiSparseWorkerMeta(enqueued=ids, completed=ids))  # published
+    c.finish("a")
+    return c
+
+
+def test_admission_with_a_capped_hit() -> None:
+    c = _published()
+    c.add_request("b", ("k0", "k1", "k2"))
+    assert c.lookup_prefix("b") == 2
+    adm = c.admit("b", max_hits=1)
+    assert adm is not None and adm.prefix_hits == 1
+    assert [w[0] for w in adm.table] == ["host", "gpu", "gpu"]
+
+
+def test_a_negative_cap_is_refused_with_nothing_changed() -> None:
+    c = _published()
+    c.add_request("b", ("k0",))
+    before = (c.state.clone(), copy.deepcopy(vars(c.kv)))
+    with pytest.raises(ValueError, match="max_hits"):
+        c.admit("b", max_hits=-1)
+    assert (c.state.clone(), copy.deepcopy(vars(c.kv))) == before
