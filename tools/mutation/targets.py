@@ -136,6 +136,20 @@ TARGETS: dict[str, Guard] = {
     "hisparse/transport/nixlpeer.py": _t("test_transport"),
     "hisparse/transport/staging.py": _t("test_transport"),
     "hisparse/bench/nixl.py": _t("test_bench_cli", "test_transport"),
+    # the suffix rule, the generic OffloadingConnector, MultiConnector, indexer offload
+    "spec/suffix.py": _t("test_suffix_rule", "test_indexer_sim"),
+    "spec/suffix_variants.py": _t("test_suffix_rule", "test_tlc_check"),
+    "hisparse/connectors/base.py": _t("test_multi_connector", "test_offloading"),
+    "hisparse/connectors/config.py": _t("test_multi_connector"),
+    "hisparse/connectors/gpu_group.py": _t("test_offloading", "test_indexer_sim"),
+    "hisparse/connectors/hisparse_child.py": _t("test_multi_connector", "test_indexer_sim"),
+    "hisparse/connectors/indexer_rows.py": _t("test_offloading", "test_indexer_sim"),
+    "hisparse/connectors/metrics.py": _t("test_multi_connector", "test_metrics"),
+    "hisparse/connectors/multi.py": _t("test_multi_connector", "test_indexer_sim"),
+    "hisparse/connectors/offload_store.py": _t("test_offloading"),
+    "hisparse/connectors/offloading.py": _t("test_offloading", "test_multi_connector"),
+    "hisparse/connectors/wire.py": _t("test_offloading", "test_multi_connector"),
+    "hisparse/indexer_sim.py": _t("test_indexer_sim", "test_simulate"),
 }
 
 _REEXPORTS = "re-exports only: no logic to mutate"
@@ -154,6 +168,7 @@ EXCLUDED: dict[str, str] = {
     "hisparse/tracecheck/__init__.py": _REEXPORTS,
     "hisparse/sizing/__init__.py": _REEXPORTS,
     "hisparse/transport/__init__.py": _REEXPORTS,
+    "hisparse/connectors/__init__.py": _REEXPORTS,
     "executor/cuda/__init__.py": _GPU,
     "executor/cuda/backend.py": _GPU,
     "executor/cuda/executor.py": _GPU,
