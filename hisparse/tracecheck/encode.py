@@ -1,8 +1,9 @@
 """Trace values as TLA+ expressions, in the shapes ``tla/HiSparse.tla`` builds them.
 
-Block IDs become strings (``"g0"``, ``"h1"``), never integers: the spec compares block
-values with string sentinels (``NoSpill.src = "none"``) and TLC refuses to compare a
-string with an integer. Every map becomes a function (``function``) so it
+Requests, pages and keys are numbered from 1 and blocks keep their integer IDs
+(``ints.Ids``; the cfg rebinds the spec's page accessors and sentinels to match), so
+TLC indexes the state's functions over intervals. Every map becomes a function
+(``function``) so it
 equals the spec's ``[x \\in S |-> ...]`` values (TLC compares functions by domain and
 values). ``None`` entries become the spec's sentinels. Ranks are 0-based in traces and
 the spec's ``Ranks`` are ``1..W``: ``rank`` is the one place that maps them.
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from hisparse.spec.catalogue import ACTIONS, RequestArgs
+from hisparse.tracecheck.ints import Ids
 from hisparse.spec.trace import (
     Loc,
     Page,
@@ -31,11 +33,11 @@ def string(s: str) -> str:
 
 
 def gpu(g: int) -> str:
-    return string(f"g{g}")
+    return str(g)
 
 
 def host(h: int) -> str:
-    return string(f"h{h}")
+    return str(h)
 
 
 def rank(w: int) -> str:
@@ -80,10 +82,14 @@ def function(pairs: Sequence[tuple[str, str]], bound: str = "x") -> str:
     return f"[{bound} \\in {dom} |-> CASE {arms}]"
 
 
-def page(p: Page | None) -> str:
+def page(p: Page | None, ids: Ids) -> str:
     if p is None:
         return "NoPage"
-    return tup([string(p[0]), str(p[1])])
+    return str(ids.page(p[0], p[1]))
+
+
+def request(r: str, ids: Ids) -> str:
+    return str(ids.request(r))
 
 
 def loc(value: Loc | None) -> str:
@@ -93,8 +99,8 @@ def loc(value: Loc | None) -> str:
     return tup([string(tier), gpu(block) if tier == "gpu" else host(block)])
 
 
-def key(k: str | None) -> str:
-    return "NoKey" if k is None else string(k)
+def key(k: str | None, ids: Ids) -> str:
+    return "NoKey" if k is None else str(ids.key(k))
 
 
 def boolean(b: bool) -> str:
@@ -113,13 +119,13 @@ def _meta(m: WorkerMeta) -> str:
 Pairs = list[tuple[str, str]]
 
 
-def _spill(s: SpillRecord | None) -> str:
+def _spill(s: SpillRecord | None, ids: Ids) -> str:
     if s is None:
         return "NoSpill"
     return record(
         [
             ("src", gpu(s.src)),
-            ("page", page(s.page)),
+            ("page", page(s.page, ids)),
             ("phase", string(s.phase)),
             ("enq", ranks(s.enq)),
             ("need", ranks(s.need)),
@@ -135,21 +141,24 @@ def _blocks(
     return [(block(b), value(v)) for b, v in sorted(delta.items())]
 
 
-def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
+def post_fields(p: TracePost, ids: Ids) -> list[tuple[str, str | Pairs]]:
     """The reported variables of ``p``: changed entries of a function-valued variable as
     ``Pairs`` (applied to the variable's value before the step), other values whole."""
     deltas: list[tuple[str, Pairs | None]] = [
-        ("req", None if p.req is None else [(string(r), string(s)) for r, s in p.req.items()]),
-        ("loc", None if p.loc is None else [(page(pg), loc(lc)) for pg, lc in p.loc]),
-        ("gpuOwner", _blocks(p.gpuOwner, gpu, page)),
+        (
+            "req",
+            None if p.req is None else [(request(r, ids), string(s)) for r, s in p.req.items()],
+        ),
+        ("loc", None if p.loc is None else [(page(pg, ids), loc(lc)) for pg, lc in p.loc]),
+        ("gpuOwner", _blocks(p.gpuOwner, gpu, lambda pg: page(pg, ids))),
         ("srcPin", _blocks(p.srcPin, gpu, boolean)),
         ("hostState", _blocks(p.hostState, host, string)),
-        ("hostKey", _blocks(p.hostKey, host, key)),
+        ("hostKey", _blocks(p.hostKey, host, lambda k: key(k, ids))),
         (
             "prefix",
-            None if p.prefix is None else [(string(k), hosts(hs)) for k, hs in p.prefix.items()],
+            None if p.prefix is None else [(key(k, ids), hosts(hs)) for k, hs in p.prefix.items()],
         ),
-        ("spill", _blocks(p.spill, host, _spill)),
+        ("spill", _blocks(p.spill, host, lambda x: _spill(x, ids))),
         (
             "down",
             _ranked(
@@ -161,13 +170,13 @@ def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
             ),
         ),
         ("up", _ranked(p.up, lambda ms: tup(_meta(m) for m in ms))),
-        ("copying", _nested(p.copying, lambda x: "Idle" if x is None else string(x))),
+        ("copying", _nested(p.copying, lambda x: "Idle" if x is None else ids.data(x))),
         ("waits", _ranked(p.waits, hosts)),
         ("reading", _ranked(p.reading, hosts)),
         ("wEnq", _ranked(p.wEnq, hosts)),
         ("wDone", _ranked(p.wDone, hosts)),
-        ("gpuData", _blocks(p.gpuData, gpu, string)),
-        ("hostData", _nested(p.hostData, string)),
+        ("gpuData", _blocks(p.gpuData, gpu, ids.data)),
+        ("hostData", _nested(p.hostData, ids.data)),
     ]
     return [(v, d) for v, d in deltas if d is not None]
 
@@ -211,45 +220,49 @@ def _arrive_witness(step: TraceStep) -> dict[str, str]:
 
 
 # How each catalogue Encoding writes one argument value.
-_ENCODE: dict[str, Callable[[Any], str]] = {
-    "name": string, "page": page, "gpu": gpu, "host": host, "rank": rank,
-}
+def _encoders(ids: Ids) -> dict[str, Callable[[Any], str]]:
+    """How each catalogue Encoding writes one argument value ("name": a request)."""
+    return {
+        "name": lambda r: request(r, ids), "page": lambda p: page(p, ids),
+        "gpu": gpu, "host": host, "rank": rank,
+    }
 
 
-def args(step: TraceStep) -> str:
+def args(step: TraceStep, ids: Ids) -> str:
     """The step's arguments as the record its catalogue replay reads (``<<>>``: none)."""
     fields = ACTIONS[step.action].tla_args
     if not fields:
         return "<<>>"
     witness = _arrive_witness(step) if any(e.startswith("arrive_") for _, e in fields) else {}
+    encode = _encoders(ids)
     return record(
         [
-            (f, witness[e] if e in witness else _ENCODE[e](getattr(step.args, f)))
+            (f, witness[e] if e in witness else encode[e](getattr(step.args, f)))
             for f, e in fields
         ]
     )
 
 
-def step(s: TraceStep, name: Callable[[str, str | Pairs], str] = lambda _, v: full(v)) -> str:
+def step(
+    s: TraceStep, ids: Ids, name: Callable[[str, str | Pairs], str] = lambda _, v: full(v)
+) -> str:
     """One step as ``[action |-> ..., args |-> ..., post |-> [var |-> value, ...]]``.
 
     ``name(var, value)`` may replace each post value by a reference to a definition.
     """
-    post = [(var, name(var, value)) for var, value in post_fields(s.post)]
-    return record([("action", string(s.action)), ("args", args(s)), ("post", record(post))])
+    post = [(var, name(var, value)) for var, value in post_fields(s.post, ids)]
+    return record([("action", string(s.action)), ("args", args(s, ids)), ("post", record(post))])
 
 
-def constants(h: TraceHeader) -> list[tuple[str, str]]:
-    """Definitions ``Tr<Constant>`` that the cfg binds to the spec's constants."""
+def constants(h: TraceHeader, ids: Ids) -> list[tuple[str, str]]:
+    """Definitions ``Tr<Constant>`` that the cfg binds to the spec's constants: intervals,
+    and ``PageKeys`` as a sequence of sequences (a function over ``1..R``)."""
     return [
-        ("TrRequests", tla_set(string(r) for r in h.requests)),
-        ("TrGpuBlocks", tla_set(gpu(g) for g in range(h.gpu_blocks))),
-        ("TrHostBlocks", tla_set(host(x) for x in range(h.host_blocks))),
-        ("TrKeys", tla_set(string(k) for k in h.key_names())),
-        (
-            "TrPageKeys",
-            function([(string(r), tup(string(k) for k in ks)) for r, ks in h.requests.items()]),
-        ),
+        ("TrRequests", f"1..{len(ids.requests)}"),
+        ("TrGpuBlocks", f"0..{h.gpu_blocks - 1}"),
+        ("TrHostBlocks", f"0..{h.host_blocks - 1}"),
+        ("TrKeys", f"1..{len(ids.keys)}"),
+        ("TrPageKeys", tup(tup(str(k) for k in ks) for ks in ids.page_keys)),
         ("TrHostPoolBytes", str(h.host_pool_bytes)),
         ("TrHostBlockBytes", str(h.host_block_bytes)),
         ("TrRanks", ranks(range(h.ranks))),

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from hisparse.spec.catalogue import CATALOGUE
 from hisparse.spec.observe import DELTA_VARS, NESTED
 from hisparse.spec.trace import POST_FIELDS, Trace
-from hisparse.tracecheck import encode
+from hisparse.tracecheck import encode, ints
 
 MODULE = "HiSparseTrace"
 # Checked after the spec's invariants when a rejection is diagnosed, they turn TLC's bare
@@ -131,18 +131,22 @@ def module_text(traces: Sequence[Trace], *, diagnose_at: int | None = None) -> s
     ``diagnose_at``: the step the diagnostic invariants examine (default: every step).
     """
     header = traces[0].header
-    defs = [f"{name} == {value}" for name, value in encode.constants(header)]
+    ids = ints.Ids(header)
+    defs = [f"{name} == {value}" for name, value in encode.constants(header, ids)]
+    defs += [f"{name} == {value}" for name, value in ids.definitions()]
     value, step = _Interner("TrV"), _Interner("TrS")
     seqs = []
     for t in traces:
         seqs.append(
-            encode.tup(step(encode.step(s, lambda _, v: value(encode.full(v)))) for s in t.steps)
+            encode.tup(
+                step(encode.step(s, ids, lambda _, v: value(encode.full(v)))) for s in t.steps
+            )
         )
     body = "Traces == <<\n    " + ",\n    ".join(seqs) + "\n>>\n"
     return "\n".join(
         [
             f"---- MODULE {MODULE} ----",
-            "EXTENDS HiSparse, TLC",
+            "EXTENDS HiSparse, TLC, Integers",  # Integers: negative sentinels (ints.py)
             "VARIABLES tr, cursor",
             *defs,
             *value.definitions(),
@@ -178,6 +182,7 @@ def cfg_text(invariants: Sequence[str], *, diagnose: bool = False) -> str:
         ("Writer", "TrWriter"),
         ("Backing", "TrBacking"),
         ("Bug", "TrBug"),
+        *ints.bindings(),
     ]
     names = [*invariants, *(diagnostic_invariants() if diagnose else [])]
     return (
