@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from hisparse.spec.catalogue import ACTIONS, RequestArgs
-from hisparse.tracecheck.ints import Ids
 from hisparse.spec.trace import (
     Loc,
     Page,
@@ -25,6 +24,7 @@ from hisparse.spec.trace import (
     TraceStep,
     WorkerMeta,
 )
+from hisparse.tracecheck.ints import Ids
 
 
 def string(s: str) -> str:
