@@ -652,11 +652,14 @@ PublishedDataCorrect ==
 \* => loc[p] = <<"gpu", g>> (pages x GPU blocks); for each g the only p with
 \* gpuOwner[g] = p is gpuOwner[g] itself, so it is the same statement per block, with
 \* the running-page condition moved onto gpuOwner[g] (O(pages + blocks) per state).
+\* "\A p \in Pages : req[PageReq(p)] = "running" => ..." is quantified over the running
+\* requests' pages: Pages is the union of the PagesOf(r), and PageReq(p) = r for each p
+\* in PagesOf(r), so both range over the same pages (O(requests + running pages)).
 LivePagesReadable ==
     /\ \A g \in GpuBlocks :
           gpuOwner[g] \in Pages /\ req[PageReq(gpuOwner[g])] = "running" =>
               loc[gpuOwner[g]] = <<"gpu", g>>
-    /\ \A p \in Pages : req[PageReq(p)] = "running" =>
+    /\ \A r \in {x \in Requests : req[x] = "running"} : \A p \in PagesOf(r) :
           CASE loc[p][1] = "gpu" ->
                    gpuOwner[loc[p][2]] = p /\ gpuData[loc[p][2]] = KeyOf(p)
             [] loc[p][1] = "host" ->
@@ -675,9 +678,11 @@ NoOverwriteUnderRead ==
 \* A request that is not (or no longer) in the protocol state is named by
 \* nothing: no block-table entry, resident lease or open transfer (each is
 \* ~Referenced(r) for every new r, stated per artifact so a check costs
-\* O(pages + blocks)). This is what makes its ID safe to reuse.
+\* O(pages + blocks)). This is what makes its ID safe to reuse. (The entries' clause,
+\* "\A p \in Pages : loc[p] # NoLoc => req[PageReq(p)] # "new"", is stated per new
+\* request, its contrapositive over the same pages, as in LivePagesReadable.)
 RetiredUnreferenced ==
-    /\ \A p \in Pages : loc[p] # NoLoc => req[PageReq(p)] # "new"
+    /\ \A r \in Requests : req[r] = "new" => \A p \in PagesOf(r) : loc[p] = NoLoc
     /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[PageReq(gpuOwner[g])] # "new"
     /\ \A h \in HostBlocks : spill[h] # NoSpill => req[PageReq(spill[h].page)] # "new"
 
