@@ -678,11 +678,9 @@ NoOverwriteUnderRead ==
 \* A request that is not (or no longer) in the protocol state is named by
 \* nothing: no block-table entry, resident lease or open transfer (each is
 \* ~Referenced(r) for every new r, stated per artifact so a check costs
-\* O(pages + blocks)). This is what makes its ID safe to reuse. (The entries' clause,
-\* "\A p \in Pages : loc[p] # NoLoc => req[PageReq(p)] # "new"", is stated per new
-\* request, its contrapositive over the same pages, as in LivePagesReadable.)
+\* O(pages + blocks)). This is what makes its ID safe to reuse.
 RetiredUnreferenced ==
-    /\ \A r \in Requests : req[r] = "new" => \A p \in PagesOf(r) : loc[p] = NoLoc
+    /\ \A p \in Pages : loc[p] # NoLoc => req[PageReq(p)] # "new"
     /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[PageReq(gpuOwner[g])] # "new"
     /\ \A h \in HostBlocks : spill[h] # NoSpill => req[PageReq(spill[h].page)] # "new"
 
