@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hisparse.spec.trace import FORMAT
 from hisparse.tlc import TlcInstall
 from hisparse.tracecheck import check_traces, window
 from tests.test_trace_check import hisparse, long_run
@@ -91,3 +92,22 @@ def test_window_size() -> None:
     assert window_size(2 * MIN_WINDOW - 2, 2, None) == 2 * MIN_WINDOW - 2  # too short: whole
     assert window_size(2333, 1, None) == 2333  # one job: whole
     assert window_size(56, 2, 0) == 56 and window_size(56, 2, 20) == 20
+
+
+def test_integer_identities_are_one_to_one() -> None:
+    """Pages, requests and keys get distinct numbers from 1; a page the header does not
+    declare gets a number no page has (so a step reporting it matches nothing)."""
+    from hisparse.spec.trace import TraceHeader
+    from hisparse.tracecheck.ints import UNKNOWN_PAGE, Ids
+
+    h = TraceHeader.model_validate(
+        {"kind": "header", "format": FORMAT, "requests": {"a": ["k1", "k2"], "b": ["k2"]},
+         "gpu_blocks": 1, "host_blocks": 1, "host_pool_bytes": 1, "host_block_bytes": 1}
+    )
+    ids = Ids(h)
+    pages = [ids.page(r, i) for r, i in h.pages()]
+    assert pages == [1, 2, 3] and ids.pages == 3
+    assert [ids.request(r) for r in h.requests] == [1, 2]
+    assert ids.page_keys == [[1, 2], [2]]
+    assert ids.page("a", 3) == ids.page("c", 1) == UNKNOWN_PAGE < 0
+    assert (ids.data("empty"), ids.data("garbage"), ids.data("k2")) == ("Empty", "Garbage", "2")

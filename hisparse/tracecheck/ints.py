@@ -28,6 +28,10 @@ OVERRIDDEN = (
 
 # Sentinels: never a request, page, key or block number (those are >= 0, keys >= 1).
 NO_PAGE, NO_KEY, EMPTY, GARBAGE, IDLE, NO_BLOCK = 0, 0, -1, -2, -3, -1
+# A page the header does not declare (the reader checks only some fields' pages): no
+# value the spec builds, so a step reporting it matches no successor, as the named
+# <<request, i>> did; never another request's page number.
+UNKNOWN_PAGE = -4
 
 
 def _tuple(items: Iterable[int]) -> str:
@@ -41,10 +45,12 @@ class Ids:
         self.requests = {r: n for n, r in enumerate(header.requests, start=1)}
         self.keys = {k: n for n, k in enumerate(header.key_names(), start=1)}
         self.base: dict[str, int] = {}
+        self.length: dict[str, int] = {}
         self.page_keys: list[list[int]] = []
         total = 0
         for r, ks in header.requests.items():
             self.base[r] = total
+            self.length[r] = len(ks)
             total += len(ks)
             self.page_keys.append([self.keys[k] for k in ks])
         self.pages = total
@@ -53,6 +59,8 @@ class Ids:
         return self.requests[r]
 
     def page(self, r: str, i: int) -> int:
+        if not 1 <= i <= self.length.get(r, 0):
+            return UNKNOWN_PAGE
         return self.base[r] + i
 
     def key(self, k: str) -> int:
