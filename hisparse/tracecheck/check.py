@@ -173,8 +173,10 @@ class _Replay:
                 self.invariants, diagnose=diagnose_at is not None, handoff=group.end is not None
             )
         )
-        # A replay is a chain of single states: one TLC worker does all of it.
-        return run_tlc(module, cfg, gen_dir, 1, tla_dir=self.tla, install=self.install)
+        # One trace's replay is a chain of single states: one TLC worker does all of it
+        # (and leaves the other cores to the other windows); a group's traces fan out.
+        workers: int | str = "auto" if len(group.traces) > 1 else 1
+        return run_tlc(module, cfg, gen_dir, workers, tla_dir=self.tla, install=self.install)
 
     def stop(self, res: TlcResult, count: int) -> tuple[str, StopPoint]:
         """The first violation of a failed run and where it stopped, or TraceCheckError."""
