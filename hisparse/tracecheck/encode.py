@@ -36,8 +36,9 @@ def gpu(g: int) -> str:
     return str(g)
 
 
-def host(h: int) -> str:
-    return str(h)
+def host(h: int, ids: Ids) -> str:
+    """A host block as its number, above every GPU block's (``Ids.host``)."""
+    return str(ids.host(h))
 
 
 def rank(w: int) -> str:
@@ -92,11 +93,11 @@ def request(r: str, ids: Ids) -> str:
     return str(ids.request(r))
 
 
-def loc(value: Loc | None) -> str:
+def loc(value: Loc | None, ids: Ids) -> str:
     if value is None:
         return "NoLoc"
     tier, block = value
-    return tup([string(tier), gpu(block) if tier == "gpu" else host(block)])
+    return tup([string(tier), gpu(block) if tier == "gpu" else host(block, ids)])
 
 
 def key(k: str | None, ids: Ids) -> str:
@@ -107,12 +108,12 @@ def boolean(b: bool) -> str:
     return "TRUE" if b else "FALSE"
 
 
-def hosts(hs: Iterable[int]) -> str:
-    return tla_set(host(h) for h in sorted(hs))
+def hosts(hs: Iterable[int], ids: Ids) -> str:
+    return tla_set(host(h, ids) for h in sorted(hs))
 
 
-def _meta(m: WorkerMeta) -> str:
-    return record([("enq", hosts(m.enq)), ("done", hosts(m.done))])
+def _meta(m: WorkerMeta, ids: Ids) -> str:
+    return record([("enq", hosts(m.enq, ids)), ("done", hosts(m.done, ids))])
 
 
 # A function value as (argument, value) pairs, in a fixed order.
@@ -144,39 +145,47 @@ def _blocks(
 def post_fields(p: TracePost, ids: Ids) -> list[tuple[str, str | Pairs]]:
     """The reported variables of ``p``: changed entries of a function-valued variable as
     ``Pairs`` (applied to the variable's value before the step), other values whole."""
+    def hb(b: int) -> str:
+        return host(b, ids)
+
+    def hs(blocks: Iterable[int]) -> str:
+        return hosts(blocks, ids)
+
     deltas: list[tuple[str, Pairs | None]] = [
         (
             "req",
             None if p.req is None else [(request(r, ids), string(s)) for r, s in p.req.items()],
         ),
-        ("loc", None if p.loc is None else [(page(pg, ids), loc(lc)) for pg, lc in p.loc]),
+        ("loc", None if p.loc is None else [(page(pg, ids), loc(lc, ids)) for pg, lc in p.loc]),
         ("gpuOwner", _blocks(p.gpuOwner, gpu, lambda pg: page(pg, ids))),
         ("srcPin", _blocks(p.srcPin, gpu, boolean)),
-        ("hostState", _blocks(p.hostState, host, string)),
-        ("hostKey", _blocks(p.hostKey, host, lambda k: key(k, ids))),
+        ("hostState", _blocks(p.hostState, hb, string)),
+        ("hostKey", _blocks(p.hostKey, hb, lambda k: key(k, ids))),
         (
             "prefix",
-            None if p.prefix is None else [(key(k, ids), hosts(hs)) for k, hs in p.prefix.items()],
+            None
+            if p.prefix is None
+            else [(key(k, ids), hosts(blocks, ids)) for k, blocks in p.prefix.items()],
         ),
-        ("spill", _blocks(p.spill, host, lambda x: _spill(x, ids))),
+        ("spill", _blocks(p.spill, hb, lambda x: _spill(x, ids))),
         (
             "down",
             _ranked(
                 p.down,
                 lambda ts: tla_set(
-                    record([("src", gpu(s)), ("dst", host(d))])
+                    record([("src", gpu(s)), ("dst", host(d, ids))])
                     for s, d in sorted((t.src, t.dst) for t in ts)
                 ),
             ),
         ),
-        ("up", _ranked(p.up, lambda ms: tup(_meta(m) for m in ms))),
-        ("copying", _nested(p.copying, lambda x: "Idle" if x is None else ids.data(x))),
-        ("waits", _ranked(p.waits, hosts)),
-        ("reading", _ranked(p.reading, hosts)),
-        ("wEnq", _ranked(p.wEnq, hosts)),
-        ("wDone", _ranked(p.wDone, hosts)),
+        ("up", _ranked(p.up, lambda ms: tup(_meta(m, ids) for m in ms))),
+        ("copying", _nested(p.copying, lambda x: "Idle" if x is None else ids.data(x), ids)),
+        ("waits", _ranked(p.waits, hs)),
+        ("reading", _ranked(p.reading, hs)),
+        ("wEnq", _ranked(p.wEnq, hs)),
+        ("wDone", _ranked(p.wDone, hs)),
         ("gpuData", _blocks(p.gpuData, gpu, ids.data)),
-        ("hostData", _nested(p.hostData, ids.data)),
+        ("hostData", _nested(p.hostData, ids.data, ids)),
     ]
     return [(v, d) for v, d in deltas if d is not None]
 
@@ -189,14 +198,14 @@ def _ranked(delta: dict[int, Any] | None, value: Callable[[Any], str]) -> Pairs 
 
 
 def _nested(
-    delta: dict[int, dict[int, Any]] | None, value: Callable[[Any], str]
+    delta: dict[int, dict[int, Any]] | None, value: Callable[[Any], str], ids: Ids
 ) -> Pairs | None:
     """The changed ranks of a rank-indexed function of host blocks, each with its changed
     blocks as a partial function (applied to that rank's value before the step)."""
     if delta is None:
         return None
     return [
-        (rank(w), function([(host(h), value(x)) for h, x in sorted(d.items())], "y"))
+        (rank(w), function([(host(h, ids), value(x)) for h, x in sorted(d.items())], "y"))
         for w, d in sorted(delta.items())
     ]
 
@@ -206,7 +215,7 @@ def full(value: str | Pairs) -> str:
     return value if isinstance(value, str) else function(value)
 
 
-def _arrive_witness(step: TraceStep) -> dict[str, str]:
+def _arrive_witness(step: TraceStep, ids: Ids) -> dict[str, str]:
     """The choice Arrive made, read off its ``loc`` change (every page of the request
     leaves NoLoc): host copies of the prefix hit, then the GPU blocks of the remaining
     pages, in page order. The spec's ArriveWith
@@ -214,7 +223,7 @@ def _arrive_witness(step: TraceStep) -> dict[str, str]:
     a, loc = step.args, step.post.loc
     assert isinstance(a, RequestArgs)
     mine = sorted((p[1], where) for p, where in (loc or []) if p[0] == a.request)
-    hosts = [host(w[1]) for _, w in mine if w is not None and w[0] == "host"]
+    hosts = [host(w[1], ids) for _, w in mine if w is not None and w[0] == "host"]
     blocks = [gpu(w[1]) for _, w in mine if w is not None and w[0] == "gpu"]
     return {"arrive_hosts": tup(hosts), "arrive_blocks": tup(blocks)}
 
@@ -224,7 +233,7 @@ def _encoders(ids: Ids) -> dict[str, Callable[[Any], str]]:
     """How each catalogue Encoding writes one argument value ("name": a request)."""
     return {
         "name": lambda r: request(r, ids), "page": lambda p: page(p, ids),
-        "gpu": gpu, "host": host, "rank": rank,
+        "gpu": gpu, "host": lambda h: host(h, ids), "rank": rank,
     }
 
 
@@ -233,7 +242,7 @@ def args(step: TraceStep, ids: Ids) -> str:
     fields = ACTIONS[step.action].tla_args
     if not fields:
         return "<<>>"
-    witness = _arrive_witness(step) if any(e.startswith("arrive_") for _, e in fields) else {}
+    witness = _arrive_witness(step, ids) if any(e.startswith("arrive_") for _, e in fields) else {}
     encode = _encoders(ids)
     return record(
         [
@@ -260,7 +269,7 @@ def constants(h: TraceHeader, ids: Ids) -> list[tuple[str, str]]:
     return [
         ("TrRequests", f"1..{len(ids.requests)}"),
         ("TrGpuBlocks", f"0..{h.gpu_blocks - 1}"),
-        ("TrHostBlocks", f"0..{h.host_blocks - 1}"),
+        ("TrHostBlocks", f"{ids.host(0)}..{ids.host(h.host_blocks - 1)}"),
         ("TrKeys", f"1..{len(ids.keys)}"),
         ("TrPageKeys", tup(tup(str(k) for k in ks) for ks in ids.page_keys)),
         ("TrHostPoolBytes", str(h.host_pool_bytes)),

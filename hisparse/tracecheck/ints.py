@@ -42,6 +42,7 @@ class Ids:
     """The numbering of one header's requests, pages and keys (all 1-based)."""
 
     def __init__(self, header: TraceHeader) -> None:
+        self.gpu_blocks = header.gpu_blocks
         self.requests = {r: n for n, r in enumerate(header.requests, start=1)}
         self.keys = {k: n for n, k in enumerate(header.key_names(), start=1)}
         self.base: dict[str, int] = {}
@@ -54,6 +55,12 @@ class Ids:
             total += len(ks)
             self.page_keys.append([self.keys[k] for k in ks])
         self.pages = total
+
+    def host(self, h: int) -> int:
+        """Host block ``h`` as ``gpu_blocks + h``: GPU and host block numbers never meet,
+        as the named blocks did, so a host block can never pass for a GPU location (the
+        JSON trace's block IDs carry no kind; the spec's values do)."""
+        return self.gpu_blocks + h
 
     def request(self, r: str) -> int:
         return self.requests[r]

@@ -27,12 +27,12 @@ from hisparse.tracecheck.ints import Ids
 
 HANDOFF_INVARIANT = "TrHandoff"
 
-# Each function-valued variable's domain in the spec, and its first element.
-_DOMAIN: dict[str, tuple[str, int]] = {
-    "req": ("Requests", 1), "loc": ("Pages", 1), "gpuOwner": ("GpuBlocks", 0),
-    "srcPin": ("GpuBlocks", 0), "hostState": ("HostBlocks", 0),
-    "hostKey": ("HostBlocks", 0), "prefix": ("Keys", 1), "spill": ("HostBlocks", 0),
-    "gpuData": ("GpuBlocks", 0),
+# Each function-valued variable's domain in the spec (its first element: States.lo).
+_DOMAIN: dict[str, tuple[str]] = {
+    "req": ("Requests",), "loc": ("Pages",), "gpuOwner": ("GpuBlocks",),
+    "srcPin": ("GpuBlocks",), "hostState": ("HostBlocks",),
+    "hostKey": ("HostBlocks",), "prefix": ("Keys",), "spill": ("HostBlocks",),
+    "gpuData": ("GpuBlocks",),
 }
 _INIT: dict[str, str] = {
     "req": '"new"', "loc": "NoLoc", "gpuOwner": "NoPage", "srcPin": "FALSE",
@@ -55,12 +55,15 @@ class States:
 
     def __init__(self, header: TraceHeader, ids: Ids) -> None:
         self.ids = ids
+        # each domain's first element (host blocks follow the GPU blocks: Ids.host)
+        self.lo = {"Requests": 1, "Pages": 1, "Keys": 1, "GpuBlocks": 0,
+                   "HostBlocks": ids.host(0)}
         size = {
             "Requests": len(ids.requests), "Pages": ids.pages, "Keys": len(ids.keys),
             "GpuBlocks": header.gpu_blocks, "HostBlocks": header.host_blocks,
         }
         self.flat: dict[str, list[str]] = {
-            v: [_INIT[v]] * size[dom] for v, (dom, _) in _DOMAIN.items()
+            v: [_INIT[v]] * size[dom] for v, (dom,) in _DOMAIN.items()
         }
         ranks = [encode.rank(w) for w in range(header.ranks)]
         copiers = [encode.rank(w) for w in header.copiers()]
@@ -79,7 +82,7 @@ class States:
         for var, pairs in encode.post_fields(step.post, self.ids):
             assert not isinstance(pairs, str)
             if var in _DOMAIN:
-                lo = _DOMAIN[var][1]
+                lo = self.lo[_DOMAIN[var][0]]
                 for arg, value in pairs:
                     self.flat[var][int(arg) - lo] = value
             elif var not in NESTED:
@@ -97,7 +100,8 @@ class States:
         conj: list[str] = []
         for var in POST_FIELDS:
             if var in _DOMAIN:
-                dom, lo = _DOMAIN[var]
+                dom = _DOMAIN[var][0]
+                lo = self.lo[dom]
                 table = f"{prefix}_{var}"
                 defs.append((table, encode.tup(self.flat[var])))
                 value = f"[x \\in {dom} |-> {table}[x + {1 - lo}]]"
@@ -106,7 +110,8 @@ class States:
                 for w, row in sorted(self.nested[var].items(), key=lambda wr: int(wr[0])):
                     table = f"{prefix}_{var}_{w}"
                     defs.append((table, encode.tup(row)))
-                    arms.append((w, f"[y \\in HostBlocks |-> {table}[y + 1]]"))
+                    shift = 1 - self.lo["HostBlocks"]
+                    arms.append((w, f"[y \\in HostBlocks |-> {table}[y + {shift}]]"))
                 defs.append((f"{prefix}_{var}", encode.function(arms)))
                 value = f"{prefix}_{var}"
             else:
