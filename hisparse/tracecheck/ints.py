@@ -6,7 +6,8 @@ element in turn. With string request and key names and ``<<request, i>>`` pages,
 ``loc[p]``, ``req[r]`` and ``prefix[k]`` cost O(pages), O(requests) or O(keys), and an
 invariant's pass over all pages O(pages^2): 0.15 s per state on a 500-request trace.
 So the generated module numbers requests (header order), pages (each request's pages
-in turn) and keys (first-seen order) from 1, keeps block IDs as integers, and its cfg
+in turn) and keys (first-seen order) from 1, GPU blocks by their IDs and host blocks
+after them (``host``), and its cfg
 binds the spec's page accessors (``PageReq``, ``PageIdx``, ``PageAt``), ``Pages``,
 ``PagesOf``, ``KeyOf`` and the sentinels to integer versions (``bindings``). Every
 sentinel stays outside the values it is compared with (0 or negative), so the spec's
