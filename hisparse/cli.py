@@ -178,6 +178,13 @@ def _register_check(sub: SubParsers) -> None:
         help="with --trace: check traces whose header declares an injected bug against the "
         "spec with that bug on (refused otherwise); the verdict names the bug",
     )
+    p.add_argument("--jobs", type=positive_int, default=None,
+                   help="with --trace: TLC runs at once, traces and windows of a trace "
+                   "(default: every core)")
+    p.add_argument("--window", type=nonneg_int, default=None, metavar="STEPS",
+                   help="with --trace: replay a trace without an injected bug in windows of "
+                   "this many steps, each from the recorded state before it (0: whole; "
+                   "default: one window per job when each gets 300 steps or more)")
 
 
 def _print_report(r: CheckReport) -> None:
@@ -245,7 +252,10 @@ def _cmd_check_traces(args: argparse.Namespace) -> int:
           flush=True)
     try:
         with ticking("check --trace"):
-            result = check_traces(args.trace, keep=args.keep, allow_bug=args.allow_bug)
+            result = check_traces(
+                args.trace, keep=args.keep, allow_bug=args.allow_bug, jobs=args.jobs,
+                window=args.window,
+            )
     except (TlcError, TraceFormatError) as exc:
         _write_json(args.json, {"result": "error", "reason": str(exc)})
         return _err(str(exc))
@@ -257,6 +267,8 @@ def _cmd_check_traces(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     if args.trace:
         return _cmd_check_traces(args)
+    if args.jobs is not None or args.window is not None:
+        return _err("--jobs and --window only apply to --trace")
     if args.allow_bug:
         print("hisparse: error: --allow-bug only applies to --trace", file=sys.stderr)
         return EXIT_ERROR

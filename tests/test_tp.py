@@ -12,7 +12,9 @@ import pytest
 from hisparse.executor.cuda.hostmem import SharedHostFile
 from hisparse.executor.cuda.ipc import EventNotRecorded, EventRing
 from hisparse.executor.errors import ExecutorConfigError
+from hisparse.tlc import TlcInstall
 from hisparse.tp import TpOptions, launch
+from hisparse.tracecheck import check_traces
 
 
 def test_event_ring_waits_only_on_announced_records() -> None:
@@ -62,10 +64,15 @@ def test_shared_host_file_is_one_memory_for_every_mapping(tmp_path: Path) -> Non
         SharedHostFile(tmp_path / "empty", 0, create=True)
 
 
-def test_two_reference_ranks_in_two_processes_agree_with_their_oracles() -> None:
+@pytest.mark.tlc
+def test_two_reference_ranks_in_two_processes_agree_with_their_oracles(
+    tlc: TlcInstall, tmp_path: Path
+) -> None:
     """The harness end to end without a GPU: two processes, bytes between them, every
-    resolved row checked on both ranks, the coordinator's invariants after every step."""
-    reports = launch(TpOptions(executor="reference", ranks=2), timeout_s=120)
+    resolved row checked on both ranks, the coordinator's invariants after every step;
+    rank 0's recorded trace is a behaviour of the spec (two ranks, private backing)."""
+    trace = tmp_path / "tp.jsonl"
+    reports = launch(TpOptions(executor="reference", ranks=2, trace=str(trace)), timeout_s=120)
     assert [r["rank"] for r in reports] == [0, 1]
     coord = reports[0]["coordinator"]
     for r in reports:
@@ -75,6 +82,9 @@ def test_two_reference_ranks_in_two_processes_agree_with_their_oracles() -> None
     assert coord["prefix_hits"] > 0
     assert coord["steps_checked"] == reports[0]["steps"] == reports[1]["steps"]
     assert coord["open_spills"] == 0 and coord["invariant_checks"] > coord["steps_checked"]
+    checked = check_traces([trace], install=tlc)
+    assert checked.accepted, checked
+    assert checked.steps == coord["trace_steps"] > 100
 
 
 def test_a_failing_rank_fails_the_run_with_its_traceback() -> None:

@@ -81,9 +81,17 @@ CONSTANTS
 ASSUME HostBlockBytes > 0 /\ HostPoolBytes >= 0
 ASSUME Writer \in Ranks /\ Backing \in {"private", "shared"}
 
-Pages == UNION {{<<r, i>> : i \in 1..Len(PageKeys[r])} : r \in Requests}
-PagesOf(r) == {<<r, i>> : i \in 1..Len(PageKeys[r])}
-KeyOf(p) == PageKeys[p[1]][p[2]]
+\* A page is the pair <<r, i>> (request r's i-th page, 1-based); it is read and built
+\* only through PageReq, PageIdx and PageAt. Trace validation binds these, Pages,
+\* PagesOf, KeyOf and the sentinels below to integer identities in its cfg
+\* (hisparse/tracecheck/ints.py): TLC looks a function up in O(1) only when its domain
+\* is an integer interval, and linearly otherwise.
+PageReq(p) == p[1]
+PageIdx(p) == p[2]
+PageAt(r, i) == <<r, i>>
+Pages == UNION {{PageAt(r, i) : i \in 1..Len(PageKeys[r])} : r \in Requests}
+PagesOf(r) == {PageAt(r, i) : i \in 1..Len(PageKeys[r])}
+KeyOf(p) == PageKeys[PageReq(p)][PageIdx(p)]
 
 \* The ranks that copy GPU-to-host, and so the physical host pools: every
 \* rank with private backing, only the writer with a shared allocation.
@@ -98,7 +106,9 @@ NoPage == <<"nopage", 0>>
 NoLoc == <<"nowhere", "nowhere">>
 NoKey == "nokey"
 Idle == "idle"
-Data == Keys \cup {"empty", "garbage"}
+Empty == "empty"      \* bytes of a block nothing wrote
+Garbage == "garbage"  \* bytes unrelated work wrote
+Data == Keys \cup {Empty, Garbage}
 NoSpill == [src |-> "none", page |-> NoPage, phase |-> "none", enq |-> {}, need |-> {}]
 
 \* The realized pool is rounded down to whole host blocks.
@@ -168,8 +178,8 @@ Init ==
     /\ reading = [w \in Ranks |-> {}]
     /\ wEnq = [w \in Ranks |-> {}]
     /\ wDone = [w \in Ranks |-> {}]
-    /\ gpuData = [g \in GpuBlocks |-> "empty"]
-    /\ hostData = [b \in Copiers |-> [h \in HostBlocks |-> "empty"]]
+    /\ gpuData = [g \in GpuBlocks |-> Empty]
+    /\ hostData = [b \in Copiers |-> [h \in HostBlocks |-> Empty]]
 
 -----------------------------------------------------------------------------
 (* Derived views used by actions and invariants. *)
@@ -212,7 +222,7 @@ StreamHostData(w, h) ==
 
 \* Every physical pool, with the given blocks overwritten by unrelated work.
 Scribble(D) == [b \in Copiers |-> [h \in HostBlocks |->
-                    IF h \in D THEN "garbage" ELSE hostData[b][h]]]
+                    IF h \in D THEN Garbage ELSE hostData[b][h]]]
 
 -----------------------------------------------------------------------------
 (* Scheduler actions. *)
@@ -224,25 +234,28 @@ Scribble(D) == [b \in Copiers |-> [h \in HostBlocks |->
 \* the choice: the hit's host copies, then the GPU blocks of the remaining
 \* pages in order. Arrive(r) chooses them freely; trace validation passes
 \* the ones an implementation reported.
+\* The hit length m, r's pages, the candidate blocks and the used ones are each bound
+\* once with \E over a one-element set: TLC expands an action-level LET name at every
+\* use, so as LET names they were recomputed per page and per block (see MetaConsumed).
 ArriveWith(r, hosts, blocks) ==
     /\ req[r] = "new"
     /\ Len(hosts) <= HitLen(r)
-    /\ LET n == Len(PageKeys[r])
-           m == Len(hosts)
-           Cand == IF Bug = "double_allocation" THEN GpuBlocks ELSE FreeGpu
+    /\ \E m \in {Len(hosts)}, Mine \in {PagesOf(r)},
+          Cand \in {IF Bug = "double_allocation" THEN GpuBlocks ELSE FreeGpu} :
+       LET n == Len(PageKeys[r])
            At(i) == IF i <= m THEN <<"host", hosts[i]>> ELSE <<"gpu", blocks[i - m]>>
            Holder(g) == CHOOSE j \in 1..(n - m) : blocks[j] = g
-           Used == {blocks[j] : j \in 1..(n - m)}
        IN /\ Len(hosts) = m /\ Len(blocks) = n - m
           /\ \A i \in 1..m : hosts[i] \in prefix[PageKeys[r][i]]
           /\ \A j \in 1..(n - m) : blocks[j] \in Cand
-          /\ Cardinality(Used) = n - m
-          /\ req' = [req EXCEPT ![r] = "running"]
-          /\ loc' = [p \in Pages |-> IF p[1] # r THEN loc[p] ELSE At(p[2])]
-          /\ gpuOwner' = [g \in GpuBlocks |->
-                             IF g \in Used THEN <<r, m + Holder(g)>> ELSE gpuOwner[g]]
-          /\ gpuData' = [g \in GpuBlocks |->
-                            IF g \in Used THEN PageKeys[r][m + Holder(g)] ELSE gpuData[g]]
+          /\ \E Used \in {{blocks[j] : j \in 1..(n - m)}} :
+             /\ Cardinality(Used) = n - m
+             /\ req' = [req EXCEPT ![r] = "running"]
+             /\ loc' = [p \in Pages |-> IF p \in Mine THEN At(PageIdx(p)) ELSE loc[p]]
+             /\ gpuOwner' = [g \in GpuBlocks |->
+                                IF g \in Used THEN PageAt(r, m + Holder(g)) ELSE gpuOwner[g]]
+             /\ gpuData' = [g \in GpuBlocks |->
+                               IF g \in Used THEN PageKeys[r][m + Holder(g)] ELSE gpuData[g]]
     /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up, netVars,
                    workerVars, hostData>>
 
@@ -254,7 +267,7 @@ Arrive(r) ==
 \* Spill a resident page: pin the source and destination leases, send the
 \* SparseKVPageTransfer down to every rank.
 StartSpill(p, h) ==
-    /\ req[p[1]] = "running"
+    /\ req[PageReq(p)] = "running"
     /\ loc[p][1] = "gpu"
     /\ hostState[h] = "free"
     /\ Cardinality(HostInUse) <
@@ -269,7 +282,7 @@ StartSpill(p, h) ==
         /\ IF Bug = "release_source_at_send"
            THEN /\ loc' = [loc EXCEPT ![p] = <<"host", h>>]
                 /\ gpuOwner' = [gpuOwner EXCEPT ![g] = NoPage]
-                /\ gpuData' = [gpuData EXCEPT ![g] = "garbage"]
+                /\ gpuData' = [gpuData EXCEPT ![g] = Garbage]
                 /\ UNCHANGED srcPin
            ELSE /\ srcPin' = [srcPin EXCEPT ![g] = TRUE]
                 /\ UNCHANGED <<loc, gpuOwner, gpuData>>
@@ -281,7 +294,7 @@ StartSpill(p, h) ==
 \* Stream order on every rank makes the reuse safe.
 AfterEnqueued(E, R, s) ==
     LET Src(g) == \E h \in R : s[h].src = g
-        Moved(p) == \E h \in E : s[h].page = p /\ req[p[1]] = "running"
+        Moved(p) == \E h \in E : s[h].page = p /\ req[PageReq(p)] = "running"
         Dst(p) == CHOOSE h \in E : s[h].page = p
     IN [loc |-> [p \in Pages |->
                    IF Moved(p)
@@ -289,7 +302,7 @@ AfterEnqueued(E, R, s) ==
                         ELSE <<"host", Dst(p)>>
                    ELSE loc[p]],
         gpuOwner |-> [g \in GpuBlocks |-> IF Src(g) THEN NoPage ELSE gpuOwner[g]],
-        gpuData |-> [g \in GpuBlocks |-> IF Src(g) THEN "garbage" ELSE gpuData[g]],
+        gpuData |-> [g \in GpuBlocks |-> IF Src(g) THEN Garbage ELSE gpuData[g]],
         srcPin |-> [g \in GpuBlocks |->
                       IF Src(g) /\ Bug # "enqueued_ack_keeps_pin" THEN FALSE
                       ELSE srcPin[g]],
@@ -325,12 +338,12 @@ MetaConsumed(w) ==
         s2 == [h \in HostBlocks |->
                  IF h \in D THEN [a.spill[h] EXCEPT !.need = @ \ {w}] ELSE a.spill[h]]
         Early(h) == \/ Bug = "publish_after_one_rank_done"
-                       /\ req[s2[h].page[1]] # "aborted" /\ s2[h].phase = "enqueued"
+                       /\ req[PageReq(s2[h].page)] # "aborted" /\ s2[h].phase = "enqueued"
                     \/ Bug = "abort_frees_after_one_rank_done"
-                       /\ req[s2[h].page[1]] = "aborted"
+                       /\ req[PageReq(s2[h].page)] = "aborted"
         Close == {h \in Acked \cup D : /\ s2[h].phase # "sent"
                                        /\ s2[h].need = {} \/ (h \in D /\ Early(h))}
-        Publish == {h \in Close : /\ req[s2[h].page[1]] # "aborted"
+        Publish == {h \in Close : /\ req[PageReq(s2[h].page)] # "aborted"
                                   /\ s2[h].phase = "enqueued"}
         PublishEarly == IF Bug = "publish_at_enqueued" THEN E ELSE {}
         Valid == Publish \cup PublishEarly
@@ -367,11 +380,12 @@ ConsumeMeta(w) ==
 \* back to HMA; pinned ones wait for their enqueued acks.
 EndRequest(r, how) ==
     /\ req' = [req EXCEPT ![r] = how]
-    /\ loc' = [p \in Pages |-> IF p[1] = r THEN NoLoc ELSE loc[p]]
-    /\ LET Freed == IF how = "aborted" /\ Bug = "abort_keeps_resident_blocks" THEN {}
-                    ELSE {g \in GpuBlocks : gpuOwner[g] \in PagesOf(r) /\ ~srcPin[g]}
-       IN /\ gpuOwner' = [g \in GpuBlocks |-> IF g \in Freed THEN NoPage ELSE gpuOwner[g]]
-          /\ gpuData' = [g \in GpuBlocks |-> IF g \in Freed THEN "garbage" ELSE gpuData[g]]
+    /\ \E Mine \in {PagesOf(r)} :  \* bound once, as in ArriveWith
+       /\ loc' = [p \in Pages |-> IF p \in Mine THEN NoLoc ELSE loc[p]]
+       /\ \E Freed \in {IF how = "aborted" /\ Bug = "abort_keeps_resident_blocks" THEN {}
+                        ELSE {g \in GpuBlocks : gpuOwner[g] \in Mine /\ ~srcPin[g]}} :
+          /\ gpuOwner' = [g \in GpuBlocks |-> IF g \in Freed THEN NoPage ELSE gpuOwner[g]]
+          /\ gpuData' = [g \in GpuBlocks |-> IF g \in Freed THEN Garbage ELSE gpuData[g]]
 
 Finish(r) ==
     /\ req[r] = "running"
@@ -478,7 +492,7 @@ WorkerReport(w) ==
 WorkerRead(w) ==
     /\ w \in Readers
     /\ reading' = [reading EXCEPT ![w] = @ \cup
-                      {loc[p][2] : p \in {q \in Pages : req[q[1]] = "running"
+                      {loc[p][2] : p \in {q \in Pages : req[PageReq(q)] = "running"
                                                       /\ loc[q][1] = "host"}}]
     /\ UNCHANGED <<schedVars, down, up, netVars, copying, waits, wEnq, wDone, gpuData,
                    hostData>>
@@ -511,20 +525,20 @@ LossRecovered(w) ==
     LET Busy(h) == copying[w][h] # Idle
         Open == {h \in HostBlocks : spill[h] # NoSpill}
         Sent == {h \in Open : spill[h].phase = "sent"}
-        Ended(h) == req[spill[h].page[1]] \in {"finished", "aborted"}
+        Ended(h) == req[PageReq(spill[h].page)] \in {"finished", "aborted"}
         Unpinned == {spill[h].src : h \in Sent}
         Returned == {spill[h].src : h \in {x \in Sent : Ended(x)}}
         Need(h) == IF Busy(h) THEN spill[h].need ELSE spill[h].need \ {w}
         Close == {h \in Open : Need(h) = {} \/ (Bug = "recover_frees_busy_destination"
                                                 /\ h \in Sent)}
         Publish == IF Bug = "recover_publishes_unsent"
-                   THEN {h \in Close : ~Busy(h) /\ req[spill[h].page[1]] # "aborted"}
+                   THEN {h \in Close : ~Busy(h) /\ req[PageReq(spill[h].page)] # "aborted"}
                    ELSE {h \in Close : spill[h].phase = "enqueued"
-                                       /\ req[spill[h].page[1]] # "aborted"}
+                                       /\ req[PageReq(spill[h].page)] # "aborted"}
         Free == Close \ Publish
     IN [srcPin |-> [g \in GpuBlocks |-> IF g \in Unpinned THEN FALSE ELSE srcPin[g]],
         gpuOwner |-> [g \in GpuBlocks |-> IF g \in Returned THEN NoPage ELSE gpuOwner[g]],
-        gpuData |-> [g \in GpuBlocks |-> IF g \in Returned THEN "garbage" ELSE gpuData[g]],
+        gpuData |-> [g \in GpuBlocks |-> IF g \in Returned THEN Garbage ELSE gpuData[g]],
         spill |-> [h \in HostBlocks |->
                      IF h \in Close THEN NoSpill
                      ELSE IF h \in Open
@@ -734,11 +748,14 @@ PublishedDataCorrect ==
 \* => loc[p] = <<"gpu", g>> (pages x GPU blocks); for each g the only p with
 \* gpuOwner[g] = p is gpuOwner[g] itself, so it is the same statement per block, with
 \* the running-page condition moved onto gpuOwner[g] (O(pages + blocks) per state).
+\* "\A p \in Pages : req[PageReq(p)] = "running" => ..." is quantified over the running
+\* requests' pages: Pages is the union of the PagesOf(r), and PageReq(p) = r for each p
+\* in PagesOf(r), so both range over the same pages (O(requests + running pages)).
 LivePagesReadable ==
     /\ \A g \in GpuBlocks :
-          gpuOwner[g] \in Pages /\ req[gpuOwner[g][1]] = "running" =>
+          gpuOwner[g] \in Pages /\ req[PageReq(gpuOwner[g])] = "running" =>
               loc[gpuOwner[g]] = <<"gpu", g>>
-    /\ \A p \in Pages : req[p[1]] = "running" =>
+    /\ \A r \in {x \in Requests : req[x] = "running"} : \A p \in PagesOf(r) :
           CASE loc[p][1] = "gpu" ->
                    gpuOwner[loc[p][2]] = p /\ gpuData[loc[p][2]] = KeyOf(p)
             [] loc[p][1] = "host" ->
@@ -759,9 +776,9 @@ NoOverwriteUnderRead ==
 \* ~Referenced(r) for every new r, stated per artifact so a check costs
 \* O(pages + blocks)). This is what makes its ID safe to reuse.
 RetiredUnreferenced ==
-    /\ \A p \in Pages : loc[p] # NoLoc => req[p[1]] # "new"
-    /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[gpuOwner[g][1]] # "new"
-    /\ \A h \in HostBlocks : spill[h] # NoSpill => req[spill[h].page[1]] # "new"
+    /\ \A p \in Pages : loc[p] # NoLoc => req[PageReq(p)] # "new"
+    /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[PageReq(gpuOwner[g])] # "new"
+    /\ \A h \in HostBlocks : spill[h] # NoSpill => req[PageReq(spill[h].page)] # "new"
 
 \* A published host page's bytes never change while it is published: no copy
 \* in any rank's stream writes other bytes into it.

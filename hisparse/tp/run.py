@@ -75,6 +75,7 @@ class TpOptions:
     abort_rate: float = 0.02
     shm_path: str = ""  # shared backing: the /dev/shm file (launch picks one)
     gpus: int = 0  # GPUs the ranks are spread over (rank r on GPU r % gpus); 0: one each
+    trace: str = ""  # rank 0 records the protocol trace here (for hisparse check --trace)
 
     def device(self, rank: int) -> int:
         """The GPU of ``rank``."""
@@ -110,7 +111,7 @@ class Scheduler:
         self.rng = random.Random(f"tp-{o.seed}")
         self.kv = BlockPool(o.gpu_blocks)
         self.coordinator = HiSparseCoordinator(config, self.kv, gpu_blocks=o.gpu_blocks,
-                                               check=True)
+                                               check=True, record=bool(o.trace))
         self.sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
         shape = SyntheticShape(o.requests, o.arrival_rate, o.min_pages, o.max_pages,
                                o.prefixes, o.prefix_pages, 4, 16)
@@ -518,6 +519,13 @@ def run_rank(o: TpOptions, group: Group) -> dict[str, Any]:
             "invariant_checks": c.machine.invariant_checks, "steps_checked": sched.steps_checked,
             "open_spills": len(c.state.open_spills), "requests": len(sched.arrivals),
         }
+        if o.trace:
+            from hisparse.spec.record import machine_trace
+            from hisparse.spec.trace import write_trace
+
+            trace = machine_trace(c.machine)
+            write_trace(o.trace, trace)
+            rep.coordinator["trace_steps"] = len(trace.steps)
     group.barrier()  # no rank unmaps or destroys events while another still uses them
     close = getattr(executor, "close", None)
     if close is not None:

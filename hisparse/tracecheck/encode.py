@@ -1,8 +1,9 @@
 """Trace values as TLA+ expressions, in the shapes ``tla/HiSparse.tla`` builds them.
 
-Block IDs become strings (``"g0"``, ``"h1"``), never integers: the spec compares block
-values with string sentinels (``NoSpill.src = "none"``) and TLC refuses to compare a
-string with an integer. Every map becomes a function (``function``) so it
+Requests, pages and keys are numbered from 1 and blocks keep their integer IDs
+(``ints.Ids``; the cfg rebinds the spec's page accessors and sentinels to match), so
+TLC indexes the state's functions over intervals. Every map becomes a function
+(``function``) so it
 equals the spec's ``[x \\in S |-> ...]`` values (TLC compares functions by domain and
 values). ``None`` entries become the spec's sentinels. Ranks are 0-based in traces and
 the spec's ``Ranks`` are ``1..W``: ``rank`` is the one place that maps them.
@@ -23,6 +24,7 @@ from hisparse.spec.trace import (
     TraceStep,
     WorkerMeta,
 )
+from hisparse.tracecheck.ints import Ids
 
 
 def string(s: str) -> str:
@@ -31,11 +33,12 @@ def string(s: str) -> str:
 
 
 def gpu(g: int) -> str:
-    return string(f"g{g}")
+    return str(g)
 
 
-def host(h: int) -> str:
-    return string(f"h{h}")
+def host(h: int, ids: Ids) -> str:
+    """A host block as its number, above every GPU block's (``Ids.host``)."""
+    return str(ids.host(h))
 
 
 def rank(w: int) -> str:
@@ -80,46 +83,50 @@ def function(pairs: Sequence[tuple[str, str]], bound: str = "x") -> str:
     return f"[{bound} \\in {dom} |-> CASE {arms}]"
 
 
-def page(p: Page | None) -> str:
+def page(p: Page | None, ids: Ids) -> str:
     if p is None:
         return "NoPage"
-    return tup([string(p[0]), str(p[1])])
+    return str(ids.page(p[0], p[1]))
 
 
-def loc(value: Loc | None) -> str:
+def request(r: str, ids: Ids) -> str:
+    return str(ids.request(r))
+
+
+def loc(value: Loc | None, ids: Ids) -> str:
     if value is None:
         return "NoLoc"
     tier, block = value
-    return tup([string(tier), gpu(block) if tier == "gpu" else host(block)])
+    return tup([string(tier), gpu(block) if tier == "gpu" else host(block, ids)])
 
 
-def key(k: str | None) -> str:
-    return "NoKey" if k is None else string(k)
+def key(k: str | None, ids: Ids) -> str:
+    return "NoKey" if k is None else str(ids.key(k))
 
 
 def boolean(b: bool) -> str:
     return "TRUE" if b else "FALSE"
 
 
-def hosts(hs: Iterable[int]) -> str:
-    return tla_set(host(h) for h in sorted(hs))
+def hosts(hs: Iterable[int], ids: Ids) -> str:
+    return tla_set(host(h, ids) for h in sorted(hs))
 
 
-def _meta(m: WorkerMeta) -> str:
-    return record([("enq", hosts(m.enq)), ("done", hosts(m.done))])
+def _meta(m: WorkerMeta, ids: Ids) -> str:
+    return record([("enq", hosts(m.enq, ids)), ("done", hosts(m.done, ids))])
 
 
 # A function value as (argument, value) pairs, in a fixed order.
 Pairs = list[tuple[str, str]]
 
 
-def _spill(s: SpillRecord | None) -> str:
+def _spill(s: SpillRecord | None, ids: Ids) -> str:
     if s is None:
         return "NoSpill"
     return record(
         [
             ("src", gpu(s.src)),
-            ("page", page(s.page)),
+            ("page", page(s.page, ids)),
             ("phase", string(s.phase)),
             ("enq", ranks(s.enq)),
             ("need", ranks(s.need)),
@@ -135,40 +142,51 @@ def _blocks(
     return [(block(b), value(v)) for b, v in sorted(delta.items())]
 
 
-def post_fields(p: TracePost) -> list[tuple[str, str | Pairs]]:
+def post_fields(p: TracePost, ids: Ids) -> list[tuple[str, str | Pairs]]:
     """The reported variables of ``p``: changed entries of a function-valued variable as
     ``Pairs`` (applied to the variable's value before the step), other values whole."""
+    def hb(b: int) -> str:
+        return host(b, ids)
+
+    def hs(blocks: Iterable[int]) -> str:
+        return hosts(blocks, ids)
+
     deltas: list[tuple[str, Pairs | None]] = [
-        ("req", None if p.req is None else [(string(r), string(s)) for r, s in p.req.items()]),
-        ("loc", None if p.loc is None else [(page(pg), loc(lc)) for pg, lc in p.loc]),
-        ("gpuOwner", _blocks(p.gpuOwner, gpu, page)),
+        (
+            "req",
+            None if p.req is None else [(request(r, ids), string(s)) for r, s in p.req.items()],
+        ),
+        ("loc", None if p.loc is None else [(page(pg, ids), loc(lc, ids)) for pg, lc in p.loc]),
+        ("gpuOwner", _blocks(p.gpuOwner, gpu, lambda pg: page(pg, ids))),
         ("srcPin", _blocks(p.srcPin, gpu, boolean)),
-        ("hostState", _blocks(p.hostState, host, string)),
-        ("hostKey", _blocks(p.hostKey, host, key)),
+        ("hostState", _blocks(p.hostState, hb, string)),
+        ("hostKey", _blocks(p.hostKey, hb, lambda k: key(k, ids))),
         (
             "prefix",
-            None if p.prefix is None else [(string(k), hosts(hs)) for k, hs in p.prefix.items()],
+            None
+            if p.prefix is None
+            else [(key(k, ids), hosts(blocks, ids)) for k, blocks in p.prefix.items()],
         ),
-        ("spill", _blocks(p.spill, host, _spill)),
+        ("spill", _blocks(p.spill, hb, lambda x: _spill(x, ids))),
         (
             "down",
             _ranked(
                 p.down,
                 lambda ts: tla_set(
-                    record([("src", gpu(s)), ("dst", host(d))])
+                    record([("src", gpu(s)), ("dst", host(d, ids))])
                     for s, d in sorted((t.src, t.dst) for t in ts)
                 ),
             ),
         ),
-        ("up", _ranked(p.up, lambda ms: tup(_meta(m) for m in ms))),
+        ("up", _ranked(p.up, lambda ms: tup(_meta(m, ids) for m in ms))),
         ("lost", _ranked(p.lost, boolean)),
-        ("copying", _nested(p.copying, lambda x: "Idle" if x is None else string(x))),
-        ("waits", _ranked(p.waits, hosts)),
-        ("reading", _ranked(p.reading, hosts)),
-        ("wEnq", _ranked(p.wEnq, hosts)),
-        ("wDone", _ranked(p.wDone, hosts)),
-        ("gpuData", _blocks(p.gpuData, gpu, string)),
-        ("hostData", _nested(p.hostData, string)),
+        ("copying", _nested(p.copying, lambda x: "Idle" if x is None else ids.data(x), ids)),
+        ("waits", _ranked(p.waits, hs)),
+        ("reading", _ranked(p.reading, hs)),
+        ("wEnq", _ranked(p.wEnq, hs)),
+        ("wDone", _ranked(p.wDone, hs)),
+        ("gpuData", _blocks(p.gpuData, gpu, ids.data)),
+        ("hostData", _nested(p.hostData, ids.data, ids)),
     ]
     return [(v, d) for v, d in deltas if d is not None]
 
@@ -181,14 +199,14 @@ def _ranked(delta: dict[int, Any] | None, value: Callable[[Any], str]) -> Pairs 
 
 
 def _nested(
-    delta: dict[int, dict[int, Any]] | None, value: Callable[[Any], str]
+    delta: dict[int, dict[int, Any]] | None, value: Callable[[Any], str], ids: Ids
 ) -> Pairs | None:
     """The changed ranks of a rank-indexed function of host blocks, each with its changed
     blocks as a partial function (applied to that rank's value before the step)."""
     if delta is None:
         return None
     return [
-        (rank(w), function([(host(h), value(x)) for h, x in sorted(d.items())], "y"))
+        (rank(w), function([(host(h, ids), value(x)) for h, x in sorted(d.items())], "y"))
         for w, d in sorted(delta.items())
     ]
 
@@ -198,7 +216,7 @@ def full(value: str | Pairs) -> str:
     return value if isinstance(value, str) else function(value)
 
 
-def _arrive_witness(step: TraceStep) -> dict[str, str]:
+def _arrive_witness(step: TraceStep, ids: Ids) -> dict[str, str]:
     """The choice Arrive made, read off its ``loc`` change (every page of the request
     leaves NoLoc): host copies of the prefix hit, then the GPU blocks of the remaining
     pages, in page order. The spec's ArriveWith
@@ -206,51 +224,55 @@ def _arrive_witness(step: TraceStep) -> dict[str, str]:
     a, loc = step.args, step.post.loc
     assert isinstance(a, RequestArgs)
     mine = sorted((p[1], where) for p, where in (loc or []) if p[0] == a.request)
-    hosts = [host(w[1]) for _, w in mine if w is not None and w[0] == "host"]
+    hosts = [host(w[1], ids) for _, w in mine if w is not None and w[0] == "host"]
     blocks = [gpu(w[1]) for _, w in mine if w is not None and w[0] == "gpu"]
     return {"arrive_hosts": tup(hosts), "arrive_blocks": tup(blocks)}
 
 
 # How each catalogue Encoding writes one argument value.
-_ENCODE: dict[str, Callable[[Any], str]] = {
-    "name": string, "page": page, "gpu": gpu, "host": host, "rank": rank,
-}
+def _encoders(ids: Ids) -> dict[str, Callable[[Any], str]]:
+    """How each catalogue Encoding writes one argument value ("name": a request)."""
+    return {
+        "name": lambda r: request(r, ids), "page": lambda p: page(p, ids),
+        "gpu": gpu, "host": lambda h: host(h, ids), "rank": rank,
+    }
 
 
-def args(step: TraceStep) -> str:
+def args(step: TraceStep, ids: Ids) -> str:
     """The step's arguments as the record its catalogue replay reads (``<<>>``: none)."""
     fields = ACTIONS[step.action].tla_args
     if not fields:
         return "<<>>"
-    witness = _arrive_witness(step) if any(e.startswith("arrive_") for _, e in fields) else {}
+    witness = _arrive_witness(step, ids) if any(e.startswith("arrive_") for _, e in fields) else {}
+    encode = _encoders(ids)
     return record(
         [
-            (f, witness[e] if e in witness else _ENCODE[e](getattr(step.args, f)))
+            (f, witness[e] if e in witness else encode[e](getattr(step.args, f)))
             for f, e in fields
         ]
     )
 
 
-def step(s: TraceStep, name: Callable[[str, str | Pairs], str] = lambda _, v: full(v)) -> str:
+def step(
+    s: TraceStep, ids: Ids, name: Callable[[str, str | Pairs], str] = lambda _, v: full(v)
+) -> str:
     """One step as ``[action |-> ..., args |-> ..., post |-> [var |-> value, ...]]``.
 
     ``name(var, value)`` may replace each post value by a reference to a definition.
     """
-    post = [(var, name(var, value)) for var, value in post_fields(s.post)]
-    return record([("action", string(s.action)), ("args", args(s)), ("post", record(post))])
+    post = [(var, name(var, value)) for var, value in post_fields(s.post, ids)]
+    return record([("action", string(s.action)), ("args", args(s, ids)), ("post", record(post))])
 
 
-def constants(h: TraceHeader) -> list[tuple[str, str]]:
-    """Definitions ``Tr<Constant>`` that the cfg binds to the spec's constants."""
+def constants(h: TraceHeader, ids: Ids) -> list[tuple[str, str]]:
+    """Definitions ``Tr<Constant>`` that the cfg binds to the spec's constants: intervals,
+    and ``PageKeys`` as a sequence of sequences (a function over ``1..R``)."""
     return [
-        ("TrRequests", tla_set(string(r) for r in h.requests)),
-        ("TrGpuBlocks", tla_set(gpu(g) for g in range(h.gpu_blocks))),
-        ("TrHostBlocks", tla_set(host(x) for x in range(h.host_blocks))),
-        ("TrKeys", tla_set(string(k) for k in h.key_names())),
-        (
-            "TrPageKeys",
-            function([(string(r), tup(string(k) for k in ks)) for r, ks in h.requests.items()]),
-        ),
+        ("TrRequests", f"1..{len(ids.requests)}"),
+        ("TrGpuBlocks", f"0..{h.gpu_blocks - 1}"),
+        ("TrHostBlocks", f"{ids.host(0)}..{ids.host(h.host_blocks - 1)}"),
+        ("TrKeys", f"1..{len(ids.keys)}"),
+        ("TrPageKeys", tup(tup(str(k) for k in ks) for ks in ids.page_keys)),
         ("TrHostPoolBytes", str(h.host_pool_bytes)),
         ("TrHostBlockBytes", str(h.host_block_bytes)),
         ("TrRanks", ranks(range(h.ranks))),

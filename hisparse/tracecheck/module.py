@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from hisparse.spec.catalogue import CATALOGUE
 from hisparse.spec.observe import DELTA_VARS, NESTED
 from hisparse.spec.trace import POST_FIELDS, Trace
-from hisparse.tracecheck import encode
+from hisparse.tracecheck import encode, ints
+from hisparse.tracecheck.window import HANDOFF_INVARIANT, WindowState
 
 MODULE = "HiSparseTrace"
 # Checked after the spec's invariants when a rejection is diagnosed, they turn TLC's bare
@@ -36,7 +37,7 @@ def step_action() -> str:
 _REPLAY = """\
 TrStep == Traces[tr][cursor]
 
-TraceInit == Init /\\ tr \\in 1..Len(Traces) /\\ cursor = 1
+TraceInit == {init} /\\ tr \\in 1..Len(Traces) /\\ cursor = 1
 
 TraceNext ==
     \\/ /\\ cursor <= Len(Traces[tr])
@@ -125,24 +126,43 @@ def diagnosed(at: int | None) -> str:
     return f"TrDiagnosed == cursor = {at}\n"
 
 
-def module_text(traces: Sequence[Trace], *, diagnose_at: int | None = None) -> str:
+def module_text(
+    traces: Sequence[Trace],
+    *,
+    diagnose_at: int | None = None,
+    start: WindowState | None = None,
+    end: WindowState | None = None,
+) -> str:
     """The module replaying ``traces``; they must share one header's constants.
 
     ``diagnose_at``: the step the diagnostic invariants examine (default: every step).
+    ``start``: a window's first state (TLC starts there, not at ``Init``); ``end``: the
+    state its last step must reach (``TrHandoff``, see ``window``).
     """
     header = traces[0].header
-    defs = [f"{name} == {value}" for name, value in encode.constants(header)]
+    ids = ints.Ids(header)
+    defs = [f"{name} == {value}" for name, value in encode.constants(header, ids)]
+    defs += [f"{name} == {value}" for name, value in ids.definitions()]
+    window = []
+    for name, state in (("TrStart", start), ("TrEnd", end)):
+        if state is not None:
+            defs += [f"{n} == {v}" for n, v in state.defs]
+            window.append(f"{name} ==\n{state.predicate}\n")
+    if end is not None:
+        window.append(f"{HANDOFF_INVARIANT} == cursor > Len(Traces[tr]) => TrEnd\n")
     value, step = _Interner("TrV"), _Interner("TrS")
     seqs = []
     for t in traces:
         seqs.append(
-            encode.tup(step(encode.step(s, lambda _, v: value(encode.full(v)))) for s in t.steps)
+            encode.tup(
+                step(encode.step(s, ids, lambda _, v: value(encode.full(v)))) for s in t.steps
+            )
         )
     body = "Traces == <<\n    " + ",\n    ".join(seqs) + "\n>>\n"
     return "\n".join(
         [
             f"---- MODULE {MODULE} ----",
-            "EXTENDS HiSparse, TLC",
+            "EXTENDS HiSparse, TLC, Integers",  # Integers: negative sentinels (ints.py)
             "VARIABLES tr, cursor",
             *defs,
             *value.definitions(),
@@ -152,7 +172,8 @@ def module_text(traces: Sequence[Trace], *, diagnose_at: int | None = None) -> s
             _NESTED,
             match_post(),
             diagnosed(diagnose_at),
-            _REPLAY,
+            *window,
+            _REPLAY.replace("{init}", "Init" if start is None else "TrStart"),
             match_invariants(),
             "====",
             "",
@@ -160,7 +181,7 @@ def module_text(traces: Sequence[Trace], *, diagnose_at: int | None = None) -> s
     )
 
 
-def cfg_text(invariants: Sequence[str], *, diagnose: bool = False) -> str:
+def cfg_text(invariants: Sequence[str], *, diagnose: bool = False, handoff: bool = False) -> str:
     """Bind the spec's constants to the module's definitions; deadlock checking stays on.
 
     ``diagnose`` adds the generated invariants that name why a step failed; they cost an
@@ -178,8 +199,13 @@ def cfg_text(invariants: Sequence[str], *, diagnose: bool = False) -> str:
         ("Writer", "TrWriter"),
         ("Backing", "TrBacking"),
         ("Bug", "TrBug"),
+        *ints.bindings(),
     ]
-    names = [*invariants, *(diagnostic_invariants() if diagnose else [])]
+    names = [
+        *invariants,
+        *([HANDOFF_INVARIANT] if handoff else []),
+        *(diagnostic_invariants() if diagnose else []),
+    ]
     return (
         "CONSTANTS\n"
         + "".join(f"    {c} <- {d}\n" for c, d in bindings)
