@@ -50,6 +50,8 @@ def _check(o: SimulateOptions) -> None:
         raise ValueError("--indexer-offload runs one private rank (no --tp/--backing)")
     if o.worker_restarts:
         raise ValueError("--indexer-offload does not combine with --worker-restarts")
+    if o.message_faults:  # its own bind/deliver path routes no message through the faults
+        raise ValueError("--indexer-offload does not combine with --message-faults")
     if o.offload_blocks < 1:
         raise ValueError(f"offload_blocks must be at least 1, got {o.offload_blocks}")
     if o.indexer_gpu_blocks is not None and o.indexer_gpu_blocks < o.gpu_blocks:

@@ -60,7 +60,8 @@ def test_a_missing_suffix_without_fallback_is_caught_as_mismatches() -> None:
 
 
 def test_the_indexer_run_takes_one_private_rank() -> None:
-    for bad in ({"tp": 2}, {"worker_restarts": 1}, {"indexer_gpu_blocks": 8}):
+    for bad in ({"tp": 2}, {"worker_restarts": 1}, {"indexer_gpu_blocks": 8},
+                {"message_faults": 0.05}):
         with pytest.raises(ValueError, match="indexer"):
             make_simulation(SimulateOptions(indexer_offload=True, **bad))  # type: ignore[arg-type]
 

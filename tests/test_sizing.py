@@ -195,6 +195,12 @@ def test_sizing_replay_side_by_side_cli(tmp_path: Path,
       "--top-k", "64"], "--top-k comes from --model"),
     (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
       "--abort-rate", "0.1"], "drop --abort-rate"),
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--message-faults", "0.05"], "drop --message-faults"),
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--indexer-offload"], "--indexer-offload"),
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--offload-blocks", "7"], "--offload-blocks"),
 ])
 def test_model_simulate_refuses_in_one_line(argv: list[str], message: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:

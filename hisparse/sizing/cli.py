@@ -64,7 +64,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 
 def sizing_options(args: argparse.Namespace, defaults: dict[str, object]) -> SizingOptions:
     """The replay's options from ``simulate``'s arguments (ArgumentTypeError if refused)."""
-    from hisparse.simulate import DEFAULT_MOONCAKE
+    from hisparse.simulate import DEFAULT_MOONCAKE, SimulateOptions
 
     if args.workload != "mooncake":
         raise argparse.ArgumentTypeError("--model replays a trace: add --workload mooncake")
@@ -79,6 +79,12 @@ def sizing_options(args: argparse.Namespace, defaults: dict[str, object]) -> Siz
             or args.backing != "private"):
         raise argparse.ArgumentTypeError("--model runs one in-process worker with a private "
                                          "host pool, without restarts or speculation")
+    if (args.message_faults or args.indexer_offload
+            or args.offload_blocks != SimulateOptions().offload_blocks
+            or args.indexer_gpu_blocks is not None):
+        raise argparse.ArgumentTypeError(
+            "--model replays sparse-MLA KV over a faultless channel: drop --message-faults, "
+            "--indexer-offload, --offload-blocks and --indexer-gpu-blocks")
     if args.abort_rate is not None or args.metrics_port is not None:
         raise argparse.ArgumentTypeError(
             "--model replays the trace as it is (no aborts) and serves no metrics: drop "

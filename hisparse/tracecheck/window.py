@@ -37,7 +37,8 @@ _DOMAIN: dict[str, tuple[str]] = {
 _INIT: dict[str, str] = {
     "req": '"new"', "loc": "NoLoc", "gpuOwner": "NoPage", "srcPin": "FALSE",
     "hostState": '"free"', "hostKey": "NoKey", "prefix": "{}", "spill": "NoSpill",
-    "gpuData": "Empty", "down": "{}", "up": "<<>>", "waits": "{}", "reading": "{}",
+    "gpuData": "Empty", "down": "{}", "up": "<<>>", "lost": "FALSE", "waits": "{}",
+    "reading": "{}",
     "wEnq": "{}", "wDone": "{}", "copying": "Idle", "hostData": "Empty",
 }
 
