@@ -63,7 +63,7 @@ def test_the_indexer_run_takes_one_private_rank() -> None:
     for bad in ({"tp": 2}, {"worker_restarts": 1}, {"indexer_gpu_blocks": 8},
                 {"message_faults": 0.05}):
         with pytest.raises(ValueError, match="indexer"):
-            make_simulation(SimulateOptions(indexer_offload=True, **bad))  # type: ignore[arg-type]
+            make_simulation(SimulateOptions(indexer_offload=True, **bad))
 
 
 def test_cli_refuses_a_bad_combination_in_one_line() -> None:

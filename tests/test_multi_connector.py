@@ -281,3 +281,45 @@ def test_a_hisparse_ack_it_refuses_leaves_the_offload_child_unchanged() -> None:
         multi.update_connector_output(MULTI_MESSAGE.dump_json(
             MultiMessage(parts=(bogus, *up.parts))))
     assert (coord.state.clone(), copy.deepcopy(off_s.store.__dict__)) == before
+
+
+def test_oversized_bytes_are_refused_unparsed_and_change_no_child() -> None:
+    """Bytes from the other process are bounded before parsing, as HiSparseConnector's
+    own are (MAX_MESSAGE_BYTES): an oversized envelope, or an oversized part for any
+    child, is a MalformedChildMessage that names it, and nothing is bound or consumed."""
+    from hisparse.spec.messages import MAX_MESSAGE_BYTES
+
+    coord, multi, worker, off_s, off_w, port = _system()
+    coord.add_request("r", ("k0",))
+    adm = coord.admit("r")
+    assert adm is not None
+    port.admit("r", list(adm.table))
+    coord.spill(("r", 1))
+    off_s.save("r", [("h0", 0)])
+    raw = multi.build_connector_meta()
+    assert raw is not None
+    huge = b"[" * (2 * MAX_MESSAGE_BYTES * 2 + 1)
+    with pytest.raises(MalformedChildMessage, match=r"multi.*over the limit"):
+        worker.bind_connector_metadata(huge)
+    msg = MULTI_MESSAGE.validate_json(raw)
+    for i, name in enumerate(("hisparse", "offload")):
+        parts = list(msg.parts)
+        parts[i] = ChildBytes(child=name, data=b" " * (MAX_MESSAGE_BYTES + 1))
+        with pytest.raises(MalformedChildMessage, match=rf"child '{name}'.*over the limit"):
+            worker.bind_connector_metadata(MULTI_MESSAGE.dump_json(MultiMessage(parts=tuple(parts))))
+        assert port.queued() == () and off_w.queued() == 0
+    worker.bind_connector_metadata(raw)  # the good message still applies
+    assert len(port.queued()) == 1 and off_w.queued() == 1
+    port.land(None)
+    off_w.land(None)
+    up = MULTI_MESSAGE.validate_json(worker.get_worker_meta() or b"")
+    before = copy.deepcopy(off_s.store.__dict__)
+    state = coord.state.clone()
+    for i, part in enumerate(up.parts):
+        parts = list(up.parts)
+        parts[i] = ChildBytes(child=part.child, data=b" " * (MAX_MESSAGE_BYTES + 1))
+        with pytest.raises(MalformedChildMessage, match="over the limit"):
+            multi.update_connector_output(MULTI_MESSAGE.dump_json(MultiMessage(parts=tuple(parts))))
+        assert off_s.store.__dict__ == before and coord.state == state
+    multi.update_connector_output(MULTI_MESSAGE.dump_json(up))
+    assert off_s.store.restorable("h0")

@@ -37,6 +37,13 @@ class MalformedChildMessage(ProtocolError):
         self.child = child
 
 
+def check_size(raw: bytes, limit: int, child: str, what: str) -> None:
+    """Refuse bytes longer than ``limit`` before any parsing, so a child's message costs
+    bounded memory (``MalformedChildMessage``; nothing changed)."""
+    if len(raw) > limit:
+        raise MalformedChildMessage(child, what, f"{len(raw)} bytes, over the limit of {limit}")
+
+
 class SchedulerChild(Protocol):
     """The scheduler half of a connector, as a MultiConnector drives it."""
 

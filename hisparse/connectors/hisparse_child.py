@@ -10,10 +10,11 @@ from collections.abc import Mapping, Sequence
 from pydantic import ValidationError
 
 from hisparse.connector import HiSparseConnector
-from hisparse.connectors.base import KVLayout, MalformedChildMessage
+from hisparse.connectors.base import KVLayout, MalformedChildMessage, check_size
 from hisparse.coordinator import Admission
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
+    MAX_MESSAGE_BYTES,
     WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
@@ -72,6 +73,7 @@ class HiSparseSchedulerChild:
         return None if meta is None else CONNECTOR_METADATA.dump_json(meta)
 
     def parse_worker_meta(self, raw: bytes) -> HiSparseWorkerMeta:
+        check_size(raw, MAX_MESSAGE_BYTES, self._name, "worker meta")
         try:
             return WORKER_META.validate_json(raw)
         except ValidationError as exc:
@@ -108,6 +110,7 @@ class HiSparseWorkerChild:
         return self._layout
 
     def parse_metadata(self, raw: bytes) -> bytes:
+        check_size(raw, MAX_MESSAGE_BYTES, self._name, "connector metadata")
         try:
             CONNECTOR_METADATA.validate_json(raw)
         except ValidationError as exc:

@@ -30,8 +30,10 @@ from hisparse.connectors.base import (
     MalformedChildMessage,
     SchedulerChild,
     WorkerChild,
+    check_size,
 )
 from hisparse.connectors.wire import MULTI_MESSAGE, ChildBytes, MultiMessage
+from hisparse.spec.messages import MAX_MESSAGE_BYTES
 
 C = TypeVar("C", SchedulerChild, WorkerChild)
 MULTI = "multi"
@@ -59,6 +61,8 @@ def _check_children(children: Sequence[SchedulerChild] | Sequence[WorkerChild]) 
 def _split(raw: bytes, names: Sequence[str], what: str) -> dict[str, bytes]:
     """The children's parts of one MultiMessage (``MalformedChildMessage`` if the
     envelope is bad or names a child not composed here)."""
+    # each child's part is at most MAX_MESSAGE_BYTES, base64 in the envelope (4/3)
+    check_size(raw, 2 * MAX_MESSAGE_BYTES * max(1, len(names)), MULTI, what)
     try:
         msg = MULTI_MESSAGE.validate_json(raw)
     except ValidationError as exc:

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import TypeAdapter, ValidationError
 
-from hisparse.connectors.base import KVLayout, MalformedChildMessage
+from hisparse.connectors.base import KVLayout, MalformedChildMessage, check_size
 from hisparse.connectors.offload_store import BlockHash, Job, OffloadStore
 from hisparse.connectors.wire import (
     OFFLOAD_METADATA,
@@ -28,11 +28,13 @@ from hisparse.connectors.wire import (
     OffloadMetadata,
     OffloadWorkerMeta,
 )
+from hisparse.spec.messages import MAX_MESSAGE_BYTES
 
 T = TypeVar("T")
 
 
 def _parse(adapter: TypeAdapter[T], raw: bytes, child: str, what: str) -> T:
+    check_size(raw, MAX_MESSAGE_BYTES, child, what)
     try:
         return adapter.validate_json(raw)
     except ValidationError as exc:
