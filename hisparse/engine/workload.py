@@ -115,10 +115,19 @@ def mooncake_requests(
     the front so the longest contexts run from the start. Prompts are clipped to fit
     ``max_context``; output lengths are clipped to ``max_new``; every ``abort_every``-th
     request (0: none) aborts part-way."""
-    rows = [r for r in _read_trace(path) if r["input_length"] >= min_context]
-    longest = sorted((r for r in rows if r["input_length"] >= long_context),
-                     key=lambda r: -int(r["input_length"]))[:2]
-    chosen = longest + [r for r in rows if r not in longest][: max(0, count - len(longest))]
+    # one pass in bounded memory: the first ``count`` eligible rows (at most two of them
+    # can be among the longest) and the two longest, earliest first among equals
+    first: list[tuple[int, dict[str, Any]]] = []
+    top: list[tuple[int, int, dict[str, Any]]] = []  # (-input_length, index, row)
+    for i, r in enumerate(r for r in _read_trace(path) if r["input_length"] >= min_context):
+        if len(first) < count:
+            first.append((i, r))
+        if r["input_length"] >= long_context:
+            top = sorted([*top, (-int(r["input_length"]), i, r)], key=lambda t: t[:2])[:2]
+    longest = [r for _, _, r in top]
+    taken = {i for _, i, _ in top}
+    rest = [r for i, r in first if i not in taken]
+    chosen = longest + rest[: max(0, count - len(longest))]
     out = []
     lo, hi = max_new
     for i, r in enumerate(chosen):
