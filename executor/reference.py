@@ -15,11 +15,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.base import NO_ENTRY, ResolveBatch, ResolveResult, SpillCopy
-from hisparse.executor.errors import BadBatch, BadPlan, PendingHostWrite
+from hisparse.executor.errors import BadPlan
 from hisparse.executor.layout import PoolLayout
-from hisparse.executor.resolver import decide
+from hisparse.executor.resolver import decide, reset_hot_slot
 from hisparse.executor.stream import QueuedCopy, SpillStream
-from hisparse.executor.validate import check_batch, check_host_rows, check_plan, check_spills
+from hisparse.executor.validate import check_batch, check_plan, check_spills
 
 
 @dataclass(eq=False)
@@ -102,22 +102,11 @@ class ReferenceExecutor:
         Refusing rather than waiting keeps completion under the caller's control, which
         is the point of the reference stream; the CUDA executor may wait on the event.
         """
-        layout = pools.layout
-        checked = check_host_rows(layout, rows)
-        for block in np.unique(checked // layout.block_tokens):
-            tid = self._stream.pending_into(pools.host, int(block))
-            if tid is not None:
-                raise PendingHostWrite(int(block), tid)
-        return pools.host[checked].copy()
+        return pools.host[self._stream.readable_rows(pools.layout, pools.host, rows)].copy()
 
     def reset_slot(self, pools: ReferencePools, slot: int) -> None:
-        """Empty one slot's hot rows (tags and stamps -1)."""
-        if pools.hot_tag.shape[0] == 0:
-            raise BadBatch("a follower's pools have no hot state to reset")
-        if not 0 <= slot < pools.layout.slots:
-            raise BadBatch(f"slot {slot} outside 0..{pools.layout.slots - 1}")
-        pools.hot_tag[slot] = NO_ENTRY
-        pools.hot_stamp[slot] = NO_ENTRY
+        """Empty one slot's hot rows (``reset_hot_slot``)."""
+        reset_hot_slot(pools.layout, pools.hot_tag, pools.hot_stamp, slot)
 
     def resolve(self, pools: ReferencePools, batch: ResolveBatch) -> ResolveResult:
         """Validate, decide, then commit hot state and miss copies together."""

@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.base import NO_ENTRY, ResolveBatch
-from hisparse.executor.errors import HotCapacityError
+from hisparse.executor.errors import BadBatch, HotCapacityError
 from hisparse.executor.layout import PoolLayout
 
 
@@ -28,6 +28,19 @@ class Decision:
     resident_hits: int
     hot_hits: int
     misses: int
+
+
+def reset_hot_slot(
+    layout: PoolLayout, hot_tag: NDArray[np.int64], hot_stamp: NDArray[np.int64], slot: int
+) -> None:
+    """Empty one slot's hot rows (tags and stamps NO_ENTRY): the one rule every executor
+    that keeps hot state follows when a slot is handed to a new request."""
+    if hot_tag.shape[0] == 0:
+        raise BadBatch("a follower's pools have no hot state to reset")
+    if not 0 <= slot < layout.slots:
+        raise BadBatch(f"slot {slot} outside 0..{layout.slots - 1}")
+    hot_tag[slot] = NO_ENTRY
+    hot_stamp[slot] = NO_ENTRY
 
 
 def _victims(

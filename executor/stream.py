@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from hisparse.executor.errors import BadTransfer
+from hisparse.executor.errors import BadTransfer, PendingHostWrite
+from hisparse.executor.layout import PoolLayout
+from hisparse.executor.validate import check_host_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +67,19 @@ class SpillStream:
     def pending_into(self, host: NDArray[np.uint8], block: int) -> int | None:
         """Transfer ID of the queued copy into ``block`` of pool ``host``, if any."""
         return self._into.get((id(host), block))
+
+    def readable_rows(
+        self, layout: PoolLayout, host: NDArray[np.uint8], rows: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """``rows`` checked for a CPU read of ``host``: refused (``PendingHostWrite``), not
+        waited on, while a copy is queued into their block, so completion stays under the
+        caller's control."""
+        checked = check_host_rows(layout, rows)
+        for block in np.unique(checked // layout.block_tokens):
+            tid = self.pending_into(host, int(block))
+            if tid is not None:
+                raise PendingHostWrite(int(block), tid)
+        return checked
 
     def queued(self) -> list[int]:
         """Transfer IDs queued and not yet released, oldest first."""
