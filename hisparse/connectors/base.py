@@ -9,11 +9,14 @@ applying, so a composite validates every child's bytes before any child changes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from hisparse.spec.errors import ProtocolError
+from hisparse.spec.messages import MAX_MESSAGE_BYTES
+
+T = TypeVar("T")
 
 
 class KVLayout(BaseModel):
@@ -35,6 +38,16 @@ class MalformedChildMessage(ProtocolError):
     def __init__(self, child: str, what: str, detail: str) -> None:
         super().__init__(f"{what} for child {child!r}: {detail}")
         self.child = child
+
+
+def parse_child(adapter: TypeAdapter[T], raw: bytes, child: str, what: str) -> T:
+    """One child's bytes, bounded (``MAX_MESSAGE_BYTES``) then validated, or
+    ``MalformedChildMessage`` naming the child; nothing is changed either way."""
+    check_size(raw, MAX_MESSAGE_BYTES, child, what)
+    try:
+        return adapter.validate_json(raw)
+    except ValidationError as exc:
+        raise MalformedChildMessage(child, what, str(exc).splitlines()[0]) from None
 
 
 def check_size(raw: bytes, limit: int, child: str, what: str) -> None:

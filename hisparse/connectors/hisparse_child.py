@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pydantic import ValidationError
-
 from hisparse.connector import HiSparseConnector
-from hisparse.connectors.base import KVLayout, MalformedChildMessage, check_size
+from hisparse.connectors.base import KVLayout, parse_child
 from hisparse.coordinator import Admission
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
-    MAX_MESSAGE_BYTES,
     WORKER_META,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
@@ -73,12 +70,7 @@ class HiSparseSchedulerChild:
         return None if meta is None else CONNECTOR_METADATA.dump_json(meta)
 
     def parse_worker_meta(self, raw: bytes) -> HiSparseWorkerMeta:
-        check_size(raw, MAX_MESSAGE_BYTES, self._name, "worker meta")
-        try:
-            return WORKER_META.validate_json(raw)
-        except ValidationError as exc:
-            raise MalformedChildMessage(self._name, "worker meta",
-                                        str(exc).splitlines()[0]) from None
+        return parse_child(WORKER_META, raw, self._name, "worker meta")
 
     def apply_worker_meta(self, parsed: object) -> None:
         if not isinstance(parsed, HiSparseWorkerMeta):
@@ -110,12 +102,7 @@ class HiSparseWorkerChild:
         return self._layout
 
     def parse_metadata(self, raw: bytes) -> bytes:
-        check_size(raw, MAX_MESSAGE_BYTES, self._name, "connector metadata")
-        try:
-            CONNECTOR_METADATA.validate_json(raw)
-        except ValidationError as exc:
-            raise MalformedChildMessage(self._name, "connector metadata",
-                                        str(exc).splitlines()[0]) from None
+        parse_child(CONNECTOR_METADATA, raw, self._name, "connector metadata")
         return raw
 
     def bind_metadata(self, parsed: object) -> None:

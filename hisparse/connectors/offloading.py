@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import TypeAdapter, ValidationError
 
-from hisparse.connectors.base import KVLayout, MalformedChildMessage, check_size
+from hisparse.connectors.base import KVLayout, MalformedChildMessage, parse_child
 from hisparse.connectors.offload_store import BlockHash, Job, OffloadStore
 from hisparse.connectors.wire import (
     OFFLOAD_METADATA,
@@ -28,17 +26,6 @@ from hisparse.connectors.wire import (
     OffloadMetadata,
     OffloadWorkerMeta,
 )
-from hisparse.spec.messages import MAX_MESSAGE_BYTES
-
-T = TypeVar("T")
-
-
-def _parse(adapter: TypeAdapter[T], raw: bytes, child: str, what: str) -> T:
-    check_size(raw, MAX_MESSAGE_BYTES, child, what)
-    try:
-        return adapter.validate_json(raw)
-    except ValidationError as exc:
-        raise MalformedChildMessage(child, what, str(exc).splitlines()[0]) from None
 
 
 @dataclass
@@ -177,7 +164,7 @@ class OffloadingScheduler:
         return None if meta is None else OFFLOAD_METADATA.dump_json(meta)
 
     def parse_worker_meta(self, raw: bytes) -> OffloadWorkerMeta:
-        meta = _parse(OFFLOAD_WORKER_META, raw, self._name, "worker meta")
+        meta = parse_child(OFFLOAD_WORKER_META, raw, self._name, "worker meta")
         unsent = [j for j in meta.done if j not in self._sent]
         if unsent:
             raise MalformedChildMessage(self._name, "worker meta",
@@ -240,7 +227,7 @@ class OffloadingWorker:
         return self._layout
 
     def parse_metadata(self, raw: bytes) -> OffloadMetadata:
-        meta = _parse(OFFLOAD_METADATA, raw, self._name, "connector metadata")
+        meta = parse_child(OFFLOAD_METADATA, raw, self._name, "connector metadata")
         n_gpu, n_host = self.gpu.shape[0], self.host.shape[0]
         for c in (*meta.stores, *meta.restores):
             if c.gpu_block >= n_gpu or c.host_slot >= n_host:
