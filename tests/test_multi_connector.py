@@ -31,6 +31,8 @@ KV = KVLayout(block_tokens=4)
 class Fake:
     """A scheduler child answering a fixed number of matched tokens."""
 
+    refuses_on_apply = False
+
     def __init__(self, name: str, matched: int | None, layout: KVLayout = KV,
                  pool: bool = False) -> None:
         self._name, self.matched, self._layout, self.provides_memory_pool = (
