@@ -24,9 +24,8 @@ from hisparse.blockpool import BlockPool
 from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
-from hisparse.executor.accounting import AccountingExecutor
 from hisparse.executor.base import Executor
-from hisparse.executor.reference import ReferenceExecutor
+from hisparse.executors import make_executor
 from hisparse.msgfaults import MessageFaults
 from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
 from hisparse.spec.errors import InvariantViolation, MessageGap
@@ -102,27 +101,8 @@ class SimulateOptions:
         return self.block_tokens * self.row_bytes * self.layers
 
 
-EXECUTORS = ("reference", "cuda", "accounting")
 BACKINGS = ("private", "shared")
 WRITER = 0  # with the shared backing, the rank that copies
-
-
-def make_executor(name: str, config: HiSparseConfig, max_positions: int) -> Executor[Any]:
-    """The executor ``name`` (``reference`` runs anywhere; ``cuda`` needs CuPy and a GPU),
-    shaped by ``config``."""
-    if name == "reference":
-        return ReferenceExecutor()
-    if name == "accounting":  # residency, hot rows and LRU exactly; no bytes
-        return AccountingExecutor()
-    if name == "cuda":
-        from hisparse.executor.cuda import CudaExecutor
-
-        return CudaExecutor(
-            top_k=config.top_k,
-            num_speculative_tokens=config.num_speculative_tokens,
-            max_positions=max_positions,
-        )
-    raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
 
 
 def build_workload(o: SimulateOptions) -> list[Arrival]:
