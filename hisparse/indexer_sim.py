@@ -117,20 +117,9 @@ class IndexerSimulation(Simulation):
                            lambda b: self.offload.restorable(hashes[b]))
 
     def _schedule(self) -> None:
-        c, o, rep = self.coordinator, self.o, self.report
-        for r in list(self.running):
-            if self.rng.random() < o.abort_rate:
-                c.abort(r)
-                self._release_workers(r)
-                del self.running[r]
-                rep.aborted += 1
-            elif self.running[r] <= 0:
-                c.finish(r)
-                self._release_workers(r)
-                del self.running[r]
-                rep.finished += 1
+        self._end_requests()
         for r in list(self.pending):
-            if len(self.running) + len(self.restoring) >= o.concurrency:
+            if len(self.running) + len(self.restoring) >= self.o.concurrency:
                 break
             if not self._admit(r):
                 break
@@ -157,13 +146,8 @@ class IndexerSimulation(Simulation):
             raise RuntimeError(f"the indexer group refused {r} after can_allocate")
         self.offload.update_state_after_alloc(r, blocks[:p.admit_indexer], len(p.restore) * t)
         self._count_plan(p, reused)
-        self.pending.remove(r)
         self.ix_blocks[r] = blocks
-        rep.prefix_hits += adm.prefix_hits
-        rep.pages_admitted += len(adm.table)
-        if self.metrics is not None:
-            self.metrics.on_admission(adm, self._t)
-        self._admit_workers(r, list(adm.table))
+        self._admitted(r, adm)
         keys = self.pages[r]
         for i in range(p.admit_indexer, n):  # prefill computes the rest of the indexer
             self.group.data[blocks[i]] = self._block(int(keys[i]))

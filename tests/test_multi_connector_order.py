@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hisparse.connectors.base import ChildOrderError, KVLayout, MalformedChildMessage
-from hisparse.connectors.hisparse_child import HiSparseSchedulerChild, HiSparseWorkerChild
+from hisparse.connectors.base import ChildOrderError, MalformedChildMessage
+from hisparse.connectors.hisparse_child import HiSparseWorkerChild
 from hisparse.connectors.multi import MultiConnectorScheduler, MultiConnectorWorker
-from hisparse.connectors.offloading import OffloadingScheduler, OffloadingWorker
 from hisparse.connectors.wire import MULTI_MESSAGE, ChildBytes, MultiMessage
 from hisparse.spec.errors import ProtocolError
+from tests.connector_helpers import KV, NamedChild, children
 
-KV = KVLayout(block_tokens=4)
 BAD, REFUSE, OK = b"bad", b"refuse", b"ok"
 
 
@@ -28,23 +26,14 @@ class Refusal(ProtocolError):
     """A well-formed part the child refuses when it applies it (changing nothing)."""
 
 
-class Child:
+class Child(NamedChild):
     """Both halves at once: ``parse_*`` refuses ``BAD``; ``apply``/``bind`` refuses
     ``REFUSE`` when ``refuses_on_apply`` (else applies it like any part)."""
 
-    provides_memory_pool = False
-
     def __init__(self, name: str, refuses_on_apply: bool) -> None:
-        self._name, self.refuses_on_apply = name, refuses_on_apply
+        super().__init__(name)
+        self.refuses_on_apply = refuses_on_apply
         self.applied: list[bytes] = []
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def layout(self) -> KVLayout:
-        return KV
 
     def _parse(self, raw: bytes) -> bytes:
         if raw == BAD:
@@ -145,26 +134,13 @@ def test_a_refusal_in_any_child_position_changes_no_child(
 
 
 def test_the_real_children_compose_only_with_hisparse_first() -> None:
-    from hisparse.blockpool import BlockPool
-    from hisparse.config import HiSparseConfig
-    from hisparse.connector import HiSparseConnector, KVConnectorRole
-    from hisparse.coordinator import HiSparseCoordinator
-    from hisparse.executor.reference import ReferenceExecutor
-    from hisparse.workerport import LocalWorker
-
-    cfg = HiSparseConfig(host_pool_blocks=4, block_tokens=4, row_bytes=16, top_k=4)
-    coord = HiSparseCoordinator(cfg, BlockPool(4), gpu_blocks=4, check=True)
-    hs = HiSparseSchedulerChild(HiSparseConnector(KVConnectorRole.SCHEDULER,
-                                                  coordinator=coord), KV)
-    off = OffloadingScheduler(KV, 8, 3)
-    port = LocalWorker(0, cfg, ReferenceExecutor(), gpu_blocks=4, slots=2)
-    hs_w, off_w = HiSparseWorkerChild(port, KV), OffloadingWorker(KV, np.zeros((4, 8), np.uint8), 3)
-    assert MultiConnectorScheduler([hs, off]).names == ("hisparse", "offload")
-    assert MultiConnectorWorker([hs_w, off_w]).names == ("hisparse", "offload")
+    c = children()
+    assert MultiConnectorScheduler([c.hs, c.off]).names == ("hisparse", "offload")
+    assert MultiConnectorWorker([c.hs_w, c.off_w]).names == ("hisparse", "offload")
     required = r"'hisparse' may refuse .* must come first: order \['hisparse', 'offload'\]"
     with pytest.raises(ChildOrderError, match=required):
-        MultiConnectorScheduler([off, hs])
+        MultiConnectorScheduler([c.off, c.hs])
     with pytest.raises(ChildOrderError, match=required):
-        MultiConnectorWorker([off_w, hs_w])
+        MultiConnectorWorker([c.off_w, c.hs_w])
     with pytest.raises(ChildOrderError, match=r"\['hisparse', 'hs2'\] do"):
-        MultiConnectorWorker([hs_w, off_w, HiSparseWorkerChild(port, KV, name="hs2")])
+        MultiConnectorWorker([c.hs_w, c.off_w, HiSparseWorkerChild(c.port, KV, name="hs2")])
