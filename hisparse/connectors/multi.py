@@ -25,7 +25,8 @@ the spec. So the order is enforced instead: at most one child may refuse on appl
 it must come first. Then a step is parse all (no change), apply the first child (which
 refuses, if at all, before anything changed, and changes nothing itself), apply the
 others (whose parse did every check, so they cannot refuse). Any refusal in any child
-position therefore changes no child's state.
+position therefore changes no child's state. (A second child that refuses on apply,
+say a P/D import connector, would first need a check phase that changes nothing.)
 """
 
 from __future__ import annotations
