@@ -86,8 +86,10 @@ def _message(parts: Mapping[str, bytes]) -> bytes:
         parts=tuple(ChildBytes(child=k, data=v) for k, v in parts.items())))
 
 
-# each child: does it refuse on apply, and what is it sent (None: no part this step)
-CHILDREN = st.lists(st.tuples(st.booleans(), st.sampled_from([None, OK, BAD, REFUSE])),
+# each child: does it refuse on apply (one in four does, so legal orders are common
+# too), and what is it sent (None: no part this step)
+CHILDREN = st.lists(st.tuples(st.sampled_from([False, False, False, True]),
+                              st.sampled_from([None, OK, BAD, REFUSE])),
                     min_size=1, max_size=4)
 
 
