@@ -325,7 +325,8 @@ def _cmd_docs(args: argparse.Namespace) -> int:
 
 
 def _register_simulate(sub: SubParsers) -> None:
-    from hisparse.simulate import BACKINGS, DEFAULT_MOONCAKE, EXECUTORS, SimulateOptions
+    from hisparse.executors import EXECUTORS
+    from hisparse.simulate import BACKINGS, DEFAULT_MOONCAKE, SimulateOptions
     from hisparse.workload import WORKLOADS
 
     d = SimulateOptions()

@@ -28,6 +28,7 @@ from hisparse.connectors.multi import MultiConnectorScheduler, MultiConnectorWor
 from hisparse.connectors.offload_store import BlockHash, chain_hashes
 from hisparse.connectors.offloading import Completed, OffloadingScheduler, OffloadingWorker
 from hisparse.connectors.wire import MULTI_MESSAGE
+from hisparse.report import _bytes as human_bytes  # the report's one byte formatter
 from hisparse.simulate import SimulateOptions, Simulation
 from hisparse.spec.messages import WORKER_META, HiSparseConnectorMetadata
 from hisparse.spec.suffix import SuffixPlan, plan_suffix
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 COUNTS = (
     "admissions", "host_beyond_gpu", "suffix_restores", "fallbacks", "fallback_pages",
+    "fallback_bytes",
     "indexer_gpu_hit_pages", "restored_blocks", "restore_bytes", "stored_blocks",
     "store_bytes", "store_refusals", "offload_evictions", "gpu_evictions",
     "rows_checked", "mismatches", "restore_waits",
@@ -117,20 +119,9 @@ class IndexerSimulation(Simulation):
                            lambda b: self.offload.restorable(hashes[b]))
 
     def _schedule(self) -> None:
-        c, o, rep = self.coordinator, self.o, self.report
-        for r in list(self.running):
-            if self.rng.random() < o.abort_rate:
-                c.abort(r)
-                self._release_workers(r)
-                del self.running[r]
-                rep.aborted += 1
-            elif self.running[r] <= 0:
-                c.finish(r)
-                self._release_workers(r)
-                del self.running[r]
-                rep.finished += 1
+        self._end_requests()
         for r in list(self.pending):
-            if len(self.running) + len(self.restoring) >= o.concurrency:
+            if len(self.running) + len(self.restoring) >= self.o.concurrency:
                 break
             if not self._admit(r):
                 break
@@ -157,13 +148,8 @@ class IndexerSimulation(Simulation):
             raise RuntimeError(f"the indexer group refused {r} after can_allocate")
         self.offload.update_state_after_alloc(r, blocks[:p.admit_indexer], len(p.restore) * t)
         self._count_plan(p, reused)
-        self.pending.remove(r)
         self.ix_blocks[r] = blocks
-        rep.prefix_hits += adm.prefix_hits
-        rep.pages_admitted += len(adm.table)
-        if self.metrics is not None:
-            self.metrics.on_admission(adm, self._t)
-        self._admit_workers(r, list(adm.table))
+        self._admitted(r, adm)
         keys = self.pages[r]
         for i in range(p.admit_indexer, n):  # prefill computes the rest of the indexer
             self.group.data[blocks[i]] = self._block(int(keys[i]))
@@ -185,6 +171,7 @@ class IndexerSimulation(Simulation):
         k["suffix_restores"] += p.suffix_restore
         k["fallbacks"] += p.fallback
         k["fallback_pages"] += p.host_hit - p.admit_mla
+        k["fallback_bytes"] += (p.host_hit - p.admit_mla) * self.o.host_block_bytes
         k["indexer_gpu_hit_pages"] += reused
         k["restored_blocks"] += len(p.restore)
         k["restore_bytes"] += len(p.restore) * self.ix.block_bytes
@@ -294,10 +281,6 @@ class IndexerSimulation(Simulation):
         return k
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
-
-
 def indexer_lines(ix: dict[str, Any]) -> list[str]:
     """The ``--indexer-offload`` figures as report lines (none without it)."""
     if not ix:
@@ -307,9 +290,10 @@ def indexer_lines(ix: dict[str, Any]) -> list[str]:
         f"indexer      {ix['admissions']:,} admissions: host hit beyond the GPU indexer hit "
         f"{ix['host_beyond_gpu']:,}, suffix restores {ix['suffix_restores']:,} "
         f"({ix['suffix_restores'] / adm:.1%}), fallbacks {ix['fallbacks']:,} "
-        f"({ix['fallbacks'] / adm:.1%}, {ix['fallback_pages']:,} host-hit pages given up)",
-        f"offload      stores {ix['stored_blocks']:,} blocks ({_mib(ix['store_bytes'])}), "
-        f"restores {ix['restored_blocks']:,} blocks ({_mib(ix['restore_bytes'])}), "
+        f"({ix['fallbacks'] / adm:.1%}, {ix['fallback_pages']:,} host-hit pages given up, "
+        f"{human_bytes(ix['fallback_bytes'])})",
+        f"offload      stores {ix['stored_blocks']:,} blocks ({human_bytes(ix['store_bytes'])}), "
+        f"restores {ix['restored_blocks']:,} blocks ({human_bytes(ix['restore_bytes'])}), "
         f"{ix['offload_evictions']:,} store evictions, {ix['store_refusals']:,} refused; "
         f"GPU indexer hits {ix['indexer_gpu_hit_pages']:,} pages, "
         f"{ix['gpu_evictions']:,} GPU evictions",

@@ -23,10 +23,9 @@ from numpy.typing import NDArray
 from hisparse.blockpool import BlockPool
 from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
-from hisparse.coordinator import HiSparseCoordinator
-from hisparse.executor.accounting import AccountingExecutor
+from hisparse.coordinator import Admission, HiSparseCoordinator
 from hisparse.executor.base import Executor
-from hisparse.executor.reference import ReferenceExecutor
+from hisparse.executors import make_executor
 from hisparse.msgfaults import MessageFaults
 from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
 from hisparse.spec.errors import InvariantViolation, MessageGap
@@ -102,27 +101,8 @@ class SimulateOptions:
         return self.block_tokens * self.row_bytes * self.layers
 
 
-EXECUTORS = ("reference", "cuda", "accounting")
 BACKINGS = ("private", "shared")
 WRITER = 0  # with the shared backing, the rank that copies
-
-
-def make_executor(name: str, config: HiSparseConfig, max_positions: int) -> Executor[Any]:
-    """The executor ``name`` (``reference`` runs anywhere; ``cuda`` needs CuPy and a GPU),
-    shaped by ``config``."""
-    if name == "reference":
-        return ReferenceExecutor()
-    if name == "accounting":  # residency, hot rows and LRU exactly; no bytes
-        return AccountingExecutor()
-    if name == "cuda":
-        from hisparse.executor.cuda import CudaExecutor
-
-        return CudaExecutor(
-            top_k=config.top_k,
-            num_speculative_tokens=config.num_speculative_tokens,
-            max_positions=max_positions,
-        )
-    raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
 
 
 def build_workload(o: SimulateOptions) -> list[Arrival]:
@@ -464,17 +444,7 @@ class Simulation:
 
     def _schedule(self) -> None:
         c, o, rep = self.coordinator, self.o, self.report
-        for r in list(self.running):
-            if self.rng.random() < o.abort_rate:
-                c.abort(r)
-                self._release_workers(r)
-                del self.running[r]
-                rep.aborted += 1
-            elif self.running[r] <= 0:
-                c.finish(r)
-                self._release_workers(r)
-                del self.running[r]
-                rep.finished += 1
+        self._end_requests()
         for r in list(self.pending):
             if len(self.running) >= o.concurrency:
                 break
@@ -484,13 +454,33 @@ class Simulation:
                 need = c.gpu_blocks_needed(r) - self.kv.num_free
                 c.reclaim(need)
                 break
-            self.pending.remove(r)
-            rep.prefix_hits += adm.prefix_hits
-            rep.pages_admitted += len(adm.table)
-            if self.metrics is not None:
-                self.metrics.on_admission(adm, self._t)
-            self._admit_workers(r, list(adm.table))
+            self._admitted(r, adm)
             self.running[r] = self.decode_steps[r]
+
+    def _end_requests(self) -> None:
+        """Abort (at the abort rate) or finish the running requests whose turn it is."""
+        c, rep = self.coordinator, self.report
+        for r in list(self.running):
+            if self.rng.random() < self.o.abort_rate:
+                c.abort(r)
+                self._release_workers(r)
+                del self.running[r]
+                rep.aborted += 1
+            elif self.running[r] <= 0:
+                c.finish(r)
+                self._release_workers(r)
+                del self.running[r]
+                rep.finished += 1
+
+    def _admitted(self, r: str, adm: Admission) -> None:
+        """Book an admission: off the queue, counted, its table on every worker."""
+        rep = self.report
+        self.pending.remove(r)
+        rep.prefix_hits += adm.prefix_hits
+        rep.pages_admitted += len(adm.table)
+        if self.metrics is not None:
+            self.metrics.on_admission(adm, self._t)
+        self._admit_workers(r, list(adm.table))
 
     def step(self, t: int) -> None:
         self._t = t

@@ -24,6 +24,7 @@ from hisparse.config import HiSparseConfig
 from hisparse.connector import MalformedMetadata
 from hisparse.executor.base import Executor
 from hisparse.executor.errors import BadBatch, BadHostRead, BadPlan, BadTransfer
+from hisparse.executors import make_executor
 from hisparse.sharedpool import ReadBeforeWriterEvent, SharedHostExecutor, SharedHostPool
 from hisparse.spec.errors import MessageGap
 from hisparse.spec.state import Loc, RequestId
@@ -75,8 +76,6 @@ def serve(conn: Connection) -> None:
 
 
 def _start(frame: Frame) -> LocalWorker:
-    from hisparse.simulate import make_executor
-
     h = frame.head
     config = HiSparseConfig.model_validate_json(frame.arrays[0].tobytes())
     executor: Executor[Any]

@@ -35,6 +35,8 @@ def test_restores_and_fallbacks_happen_with_every_row_correct() -> None:
         ix["restored_blocks"] * sim.ix.block_bytes)
     assert ix["stored_blocks"] > 0 and ix["offload_evictions"] > 0
     assert ix["host_beyond_gpu"] == ix["suffix_restores"] + ix["fallbacks"]
+    assert ix["fallback_pages"] > 0 and ix["fallback_bytes"] == (
+        ix["fallback_pages"] * OPTS.host_block_bytes)
     assert ix["rows_checked"] > 0 and ix["open_jobs"] == 0
     assert ix["children"] == ["hisparse", "offload"]
     assert rep.finished + rep.aborted + rep.still_running == ix["admissions"]

@@ -12,40 +12,26 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hisparse.blockpool import BlockPool
-from hisparse.config import HiSparseConfig
-from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.connectors.base import ConnectorError, KVLayout, MalformedChildMessage
 from hisparse.connectors.config import hisparse_config_from
-from hisparse.connectors.hisparse_child import HiSparseSchedulerChild, HiSparseWorkerChild
 from hisparse.connectors.multi import MultiConnectorScheduler, MultiConnectorWorker
 from hisparse.connectors.offloading import OffloadingScheduler, OffloadingWorker
 from hisparse.connectors.wire import MULTI_MESSAGE, ChildBytes, MultiMessage
 from hisparse.coordinator import HiSparseCoordinator
-from hisparse.executor.reference import ReferenceExecutor
 from hisparse.workerport import LocalWorker
+from tests.connector_helpers import KV, NamedChild, children
 
-KV = KVLayout(block_tokens=4)
 
-
-class Fake:
+class Fake(NamedChild):
     """A scheduler child answering a fixed number of matched tokens."""
 
     def __init__(self, name: str, matched: int | None, layout: KVLayout = KV,
                  pool: bool = False) -> None:
-        self._name, self.matched, self._layout, self.provides_memory_pool = (
-            name, matched, layout, pool)
+        super().__init__(name, layout)
+        self.matched, self.provides_memory_pool = matched, pool
         self.allocs: list[tuple[str, int]] = []
         self.finished: list[str] = []
         self.applied: list[bytes] = []
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def layout(self) -> KVLayout:
-        return self._layout
 
     def get_num_new_matched_tokens(self, request_id: str, num_computed_tokens: int
                                    ) -> int | None:
@@ -146,15 +132,25 @@ def test_worker_meta_is_per_child_bytes_and_a_bad_part_changes_no_child() -> Non
 
 def _system() -> tuple[HiSparseCoordinator, MultiConnectorScheduler, MultiConnectorWorker,
                        OffloadingScheduler, OffloadingWorker, LocalWorker]:
-    cfg = HiSparseConfig(host_pool_blocks=4, block_tokens=4, row_bytes=16, top_k=4)
-    coord = HiSparseCoordinator(cfg, BlockPool(4), gpu_blocks=4, check=True)
-    sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=coord)
-    port = LocalWorker(0, cfg, ReferenceExecutor(), gpu_blocks=4, slots=2)
-    off_s = OffloadingScheduler(KV, 8, 3)
-    off_w = OffloadingWorker(KV, np.zeros((4, 8), np.uint8), 3)
-    multi = MultiConnectorScheduler([HiSparseSchedulerChild(sched, KV), off_s])
-    worker = MultiConnectorWorker([HiSparseWorkerChild(port, KV), off_w])
-    return coord, multi, worker, off_s, off_w, port
+    c = children()
+    multi = MultiConnectorScheduler([c.hs, c.off])
+    worker = MultiConnectorWorker([c.hs_w, c.off_w])
+    return c.coord, multi, worker, c.off, c.off_w, c.port
+
+
+def _one_spill_and_one_store(coord: HiSparseCoordinator, multi: MultiConnectorScheduler,
+                             off_s: OffloadingScheduler, port: LocalWorker) -> bytes:
+    """Admit a one-page request, spill its page and store its block: the step's
+    metadata, a part for each child."""
+    coord.add_request("r", ("k0",))
+    adm = coord.admit("r")
+    assert adm is not None
+    port.admit("r", list(adm.table))
+    assert coord.spill(("r", 1)) is not None
+    off_s.save("r", [("h0", 0)])
+    raw = multi.build_connector_meta()
+    assert raw is not None
+    return raw
 
 
 def test_hisparse_and_offloading_compose_end_to_end() -> None:
@@ -184,14 +180,7 @@ def test_hisparse_and_offloading_compose_end_to_end() -> None:
 
 def test_a_bad_offload_part_changes_neither_child() -> None:
     coord, multi, worker, off_s, off_w, port = _system()
-    coord.add_request("r", ("k0",))
-    adm = coord.admit("r")
-    assert adm is not None
-    port.admit("r", list(adm.table))
-    coord.spill(("r", 1))
-    off_s.save("r", [("h0", 0)])
-    raw = multi.build_connector_meta()
-    assert raw is not None
+    raw = _one_spill_and_one_store(coord, multi, off_s, port)
     msg = MULTI_MESSAGE.validate_json(raw)
     bad = MultiMessage(parts=(msg.parts[0], ChildBytes(child="offload", data=b"{}x")))
     with pytest.raises(MalformedChildMessage, match="child 'offload'"):
@@ -290,14 +279,7 @@ def test_oversized_bytes_are_refused_unparsed_and_change_no_child() -> None:
     from hisparse.spec.messages import MAX_MESSAGE_BYTES
 
     coord, multi, worker, off_s, off_w, port = _system()
-    coord.add_request("r", ("k0",))
-    adm = coord.admit("r")
-    assert adm is not None
-    port.admit("r", list(adm.table))
-    coord.spill(("r", 1))
-    off_s.save("r", [("h0", 0)])
-    raw = multi.build_connector_meta()
-    assert raw is not None
+    raw = _one_spill_and_one_store(coord, multi, off_s, port)
     huge = b"[" * (2 * MAX_MESSAGE_BYTES * 2 + 1)
     with pytest.raises(MalformedChildMessage, match=r"multi.*over the limit"):
         worker.bind_connector_metadata(huge)

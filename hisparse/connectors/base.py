@@ -32,6 +32,12 @@ class ConnectorError(ValueError):
     """A connector was configured or composed wrongly (construction time)."""
 
 
+class ChildOrderError(ConnectorError):
+    """The children are composed in an order that would let one child's refusal follow
+    another child's change (see multi.py): the message names the children and the
+    order required."""
+
+
 class MalformedChildMessage(ProtocolError):
     """Bytes for one child failed validation; no child's state changed."""
 
@@ -66,6 +72,10 @@ class SchedulerChild(Protocol):
     def layout(self) -> KVLayout: ...
     @property
     def provides_memory_pool(self) -> bool: ...
+    @property
+    def refuses_on_apply(self) -> bool:
+        """True: ``apply_worker_meta`` may refuse bytes ``parse_worker_meta`` accepted
+        (changing nothing itself); such a child must be a MultiConnector's first."""
 
     def get_num_new_matched_tokens(self, request_id: str, num_computed_tokens: int
                                    ) -> int | None:
@@ -91,6 +101,10 @@ class WorkerChild(Protocol):
     def name(self) -> str: ...
     @property
     def layout(self) -> KVLayout: ...
+    @property
+    def refuses_on_apply(self) -> bool:
+        """True: ``bind_metadata`` may refuse bytes ``parse_metadata`` accepted
+        (changing nothing itself); such a child must be a MultiConnector's first."""
 
     def parse_metadata(self, raw: bytes) -> object:
         """Validate metadata bytes (``MalformedChildMessage``); change nothing."""

@@ -25,6 +25,7 @@ class HiSparseSchedulerChild:
     """The scheduler half; it provides the memory pool (the host tier's)."""
 
     provides_memory_pool = True
+    refuses_on_apply = True  # the coordinator's protocol checks (MessageGap, UnknownTransfer)
 
     def __init__(self, conn: HiSparseConnector, layout: KVLayout, name: str = NAME) -> None:
         self.conn, self._layout, self._name = conn, layout, name
@@ -89,6 +90,8 @@ class HiSparseSchedulerChild:
 
 class HiSparseWorkerChild:
     """The worker half over one worker port (in this process or another)."""
+
+    refuses_on_apply = True  # the worker's sequence check (MessageGap)
 
     def __init__(self, port: WorkerPort, layout: KVLayout, name: str = NAME) -> None:
         self.port, self._layout, self._name = port, layout, name

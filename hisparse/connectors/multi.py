@@ -9,12 +9,24 @@
 - Metadata and worker meta: per child, each child's own bytes inside one
   ``MultiMessage``; every child's part is validated before any child applies its
   part, so a bad child message is a ``MalformedChildMessage`` that changes no child.
-  Children apply in order; one whose apply may still refuse well-formed bytes
-  (HiSparse: the coordinator checks acks by the protocol's rules, changing nothing)
-  goes first, so its refusal precedes every other child's change.
 - Construction: unique names, one KV layout (a ``ConnectorError`` names the children
-  that disagree), at most one memory-pool provider.
+  that disagree), at most one memory-pool provider, and the child order rule below.
 - Stats: per child, under the child's name.
+
+The child order rule (``ChildOrderError``). A step is atomic only if no child can
+refuse after another child changed. Parsing is already two-phase (every part is
+checked before any is applied), but a child may also refuse *well-formed* bytes when it
+applies them (``refuses_on_apply``): HiSparse does, because its coordinator checks acks
+by the protocol machine's own rules (``MessageGap``, ``UnknownTransfer``), checking the
+whole report and then applying it inside one call that changes nothing when it refuses.
+Making that check a separate phase would mean a second copy of the protocol's rules
+outside the coordinator (and in a worker process for ``bind``), which could drift from
+the spec. So the order is enforced instead: at most one child may refuse on apply, and
+it must come first. Then a step is parse all (no change), apply the first child (which
+refuses, if at all, before anything changed, and changes nothing itself), apply the
+others (whose parse did every check, so they cannot refuse). Any refusal in any child
+position therefore changes no child's state. (A second child that refuses on apply,
+say a P/D import connector, would first need a check phase that changes nothing.)
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from typing import Generic, TypeVar
 from pydantic import ValidationError
 
 from hisparse.connectors.base import (
+    ChildOrderError,
     ConnectorError,
     KVLayout,
     MalformedChildMessage,
@@ -55,7 +68,23 @@ def _check_children(children: Sequence[SchedulerChild] | Sequence[WorkerChild]) 
             f"MultiConnector children disagree on the KV layout: {first.name} requires "
             f"{first.layout.block_tokens} tokens/block, {first.layout.cache_layout}; "
             f"but {parts}")
+    _check_order(children)
     return first.layout
+
+
+def _check_order(children: Sequence[SchedulerChild] | Sequence[WorkerChild]) -> None:
+    """The child order rule (module docstring): at most one child refuses on apply, first."""
+    names = [c.name for c in children]
+    refusing = [c.name for c in children if c.refuses_on_apply]
+    if len(refusing) > 1:
+        raise ChildOrderError(
+            f"MultiConnector children {names}: at most one child may refuse well-formed "
+            f"bytes when it applies them, but {refusing} do")
+    if refusing and names[0] != refusing[0]:
+        order = refusing + [n for n in names if n != refusing[0]]
+        raise ChildOrderError(
+            f"MultiConnector children {names}: {refusing[0]!r} may refuse well-formed "
+            f"bytes when it applies them, so it must come first: order {order}")
 
 
 def _split(raw: bytes, names: Sequence[str], what: str) -> dict[str, bytes]:

@@ -56,6 +56,7 @@ class OffloadingScheduler:
     """The scheduler half; ``request_finished`` forgets a request (O(live))."""
 
     provides_memory_pool = False
+    refuses_on_apply = False  # parse_worker_meta checks every ack against the sent jobs
 
     def __init__(self, layout: KVLayout, block_bytes: int, capacity_blocks: int,
                  name: str = "offload") -> None:
@@ -207,6 +208,8 @@ class OffloadingScheduler:
 
 class OffloadingWorker:
     """The worker half: the host store's bytes and the copies, completed by ``land``."""
+
+    refuses_on_apply = False  # parse_metadata checks every block and slot
 
     def __init__(self, layout: KVLayout, gpu: NDArray[np.uint8], capacity_blocks: int,
                  name: str = "offload") -> None:
