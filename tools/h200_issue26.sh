@@ -6,10 +6,9 @@
 set -u -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
-# hisparse itself: spec/ and executor/ install as hisparse.spec and hisparse.executor
-python3 -m pip install -q --no-deps --no-build-isolation --no-index --no-compile \
-  --target /tmp/site . >/dev/null || exit 1
 export PYTHONPATH=/tmp/site
+# hisparse itself, editable as here (spec/ and executor/ import as hisparse.spec, .executor)
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null || exit 1
 export HISPARSE_MOONCAKE=$PWD/build/gpudata/conversation_trace.jsonl PYTHONUNBUFFERED=1
 [ -f "$OUT/nvidia-smi.txt" ] || nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 for what in "$@"; do
