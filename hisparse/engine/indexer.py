@@ -52,40 +52,16 @@ _KERNEL: Any = None
 
 
 def _kernel() -> Any:
+    """(triton, the scan kernel), imported once; ``EngineUnavailable`` without triton."""
     global _KERNEL
-    if _KERNEL is not None:
-        return _KERNEL
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError as exc:
-        raise EngineUnavailable(f"the FP8 indexer scan needs triton ({exc})") from exc
+    if _KERNEL is None:
+        try:
+            import triton
 
-    @triton.jit
-    def scan(q_ptr: Any, w_ptr: Any, k_ptr: Any, s_ptr: Any, pos_ptr: Any, out_ptr: Any,
-             T: Any, per_slot: Any, HI: tl.constexpr, DI: tl.constexpr,
-             BT: tl.constexpr) -> None:
-        e = tl.program_id(0)
-        tb = tl.program_id(1)
-        n = (e // per_slot).to(tl.int64)
-        h = tl.arange(0, HI)
-        d = tl.arange(0, DI)
-        t = tb * BT + tl.arange(0, BT)
-        live = t < T
-        q = tl.load(q_ptr + e.to(tl.int64) * (HI * DI) + h[:, None] * DI + d[None, :])
-        row = n * T + t
-        kb = tl.load(k_ptr + row[:, None] * DI + d[None, :], mask=live[:, None], other=0)
-        k = kb.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
-        logits = tl.dot(q, tl.trans(k))  # [HI, BT] float32
-        logits = tl.maximum(logits, 0.0)
-        w = tl.load(w_ptr + e.to(tl.int64) * HI + h)
-        s = tl.sum(logits * w[:, None], axis=0)
-        s = s * tl.load(s_ptr + row, mask=live, other=0.0)
-        p = tl.load(pos_ptr + e)
-        s = tl.where(t > p, float("-inf"), s)
-        tl.store(out_ptr + e.to(tl.int64) * T + t, s, mask=live)
-
-    _KERNEL = (triton, scan)
+            from hisparse.engine.indexer_scan import scan
+        except ImportError as exc:
+            raise EngineUnavailable(f"the FP8 indexer scan needs triton ({exc})") from exc
+        _KERNEL = (triton, scan)
     return _KERNEL
 
 
