@@ -166,12 +166,20 @@ class DecodeEngine:
         with torch.cuda.stream(self.stream):
             tokens = torch.from_numpy(prompt[:length].astype(np.int64)).to(dev)
             rows_pos, targets = self.cache.prefill_targets(slot, length)
+            # Rows are projected in the same chunks of positions whichever of them this
+            # cache writes: a GEMM's bits for one row can depend on how many rows it
+            # multiplies (cuBLAS picks kernels by shape), so chunks taken over only the
+            # written positions would give a row other bits than the oracle's.
+            where = torch.full((length,), -1, dtype=torch.int64, device=dev)
+            where[rows_pos] = targets
+            c = self.prefill_chunk
             for layer in range(m.shape.layers):
-                c = self.prefill_chunk
-                for a in range(0, len(rows_pos), c):
-                    p = rows_pos[a : a + c]
+                for a in range(0, length, c):
+                    p = torch.arange(a, min(length, a + c), device=dev)
                     rows = m.prefill_rows(layer, tokens[p], p)
-                    self.cache.write_rows(layer, targets[a : a + c], rows)
+                    at = where[a : a + c]
+                    keep = at >= 0
+                    self.cache.write_rows(layer, at[keep], rows[keep])
                 if m.shape.index_leaders[layer] != layer:
                     continue
                 for a in range(0, length, c):
