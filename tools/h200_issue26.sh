@@ -16,7 +16,7 @@ for what in "$@"; do
     tests) python3 -m pytest -v -s -m gpu tests/test_engine_v32.py -x 2>&1 \
              | tee "$OUT/issue26_v32_tests.log" | grep -E "PASS|FAIL|Error|error|v32 |passed|failed" || exit 1 ;;
     bench) timeout "${BENCH_S:-400}" python3 -m hisparse bench equal-hbm \
-             --json "$OUT/issue26_equal_hbm.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/issue26_equal_hbm.log" || exit 1 ;;
+             --json "$OUT/issue26_equal_hbm.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/issue26_equal_hbm.log" ;;
     suite) python3 -m pytest -m gpu -q 2>&1 | tee "$OUT/issue26_gpu_suite.log" | tail -25 ;;
     *) echo "unknown step $what"; exit 2 ;;
   esac

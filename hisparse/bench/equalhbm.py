@@ -62,10 +62,10 @@ def guess(model: ModelShape, shape: EngineShape, context: int, budget_gib: float
 
 
 def curve_batches(kind: str, largest: int, resident_largest: int) -> list[int]:
-    """Batches to time: 1, half and all of the largest (HiSparse: also all-resident's)."""
-    want = {1, max(1, largest // 2), largest}
-    if kind == "hisparse":
-        want.add(min(resident_largest, largest))
+    """Batches to time: 1 and the largest; all-resident also half its largest, HiSparse
+    also all-resident's largest (the same batch in both engines)."""
+    want = {1, largest}
+    want.add(max(1, largest // 2) if kind == "resident" else min(resident_largest, largest))
     return sorted(b for b in want if b >= 1)
 
 
@@ -77,6 +77,7 @@ class _Bench:
         self.max_new = warmup + steps + 16
         self.max_context = max_context_for(context, self.max_new)
         self.top_k = top_k
+        self.stream = torch.cuda.Stream(device=model.device)  # one for every engine here
 
     def shape(self, batch: int) -> EngineShape:
         return EngineShape(slots=batch, max_context=self.max_context, top_k=self.top_k)
@@ -86,13 +87,15 @@ class _Bench:
 
         shape = self.shape(batch)
         if kind == "resident":
-            eng, sched = resident_engine(self.model, shape, graph=True, topk="given"), None
+            eng = resident_engine(self.model, shape, graph=True, topk="given",
+                                  stream=self.stream)
+            sched = None
         else:
             pages = pages_needed(self.context, self.max_new, shape)
             eng, sched = hisparse_engine(
                 self.model, shape, gpu_blocks=pages + batch * (TAIL_PAGES + 1),
                 host_blocks=host_blocks if host_blocks is not None else batch * pages + 16,
-                graph=True, topk="given")
+                graph=True, topk="given", stream=self.stream)
         eng.prefill_chunk = PREFILL_CHUNK
         return eng, sched
 
@@ -205,8 +208,9 @@ def run(
         cfg: dict[str, Any] = {
             "sharing": sharing, "context": context, "index_leaders": ms.index_leaders,
             "weight_bytes": ms.weight_bytes(), "max_context": b.max_context,
-            "runs": [], "search": {},
+            "runs": [], "search": {}, "measure_oom": [],
         }
+        doc["configs"].append(cfg)
         t0 = time.perf_counter()
         for kind in ("resident", "hisparse"):  # warm-up: compile, library workspaces
             b.probe(kind)(1)
@@ -228,30 +232,44 @@ def run(
                                    "probes": found.probes}
             print(f"{sharing} ctx={context} {kind}: guess {g}, largest {found.batch} "
                   f"({len(found.probes)} probes)", flush=True)
+
+        def record(row: dict[str, Any], note: str = "", cfg: dict[str, Any] = cfg,
+                   largest: dict[str, int] = largest, ms: ModelShape = ms) -> None:
+            cfg["runs"].append(row)
+            print(f"  {row['engine']:8} B={row['batch']:<4} step {row['step_us']:9.1f} µs"
+                  f"  {row['tokens_per_s']:9.1f} tok/s  miss {row['miss_rate']:.3%}  KV "
+                  f"{row['kv_hbm_bytes'] / GIB:5.2f} GiB (setup {row['setup_s']:.0f} s)"
+                  f"{note}", flush=True)
+            cfg["summary"] = summarize(cfg, largest, len(ms.leaders))
+            if on_config is not None:  # after every run: a cut-off bench keeps what ran
+                on_config(doc)
+
         for kind in ("resident", "hisparse"):
             for batch in curve_batches(kind, largest[kind], largest["resident"]):
-                row = b.measure(kind, batch)
-                cfg["runs"].append(row)
-                print(f"  {kind:8} B={batch:<4} step {row['step_us']:9.1f} µs  "
-                      f"{row['tokens_per_s']:9.1f} tok/s  miss {row['miss_rate']:.3%}  "
-                      f"KV {row['kv_hbm_bytes'] / GIB:5.2f} GiB "
-                      f"(setup {row['setup_s']:.0f} s)", flush=True)
+                for attempt in (batch, batch - 1):  # the probe's answer, then one below
+                    try:
+                        record(b.measure(kind, attempt))
+                        break
+                    except Exception as exc:
+                        if not b.is_oom(exc) or attempt <= 1:
+                            raise
+                        b.release()
+                        cfg["measure_oom"].append({"engine": kind, "batch": attempt})
+                        print(f"  {kind} B={attempt}: out of memory in the measured run",
+                              flush=True)
+                        if attempt == largest[kind]:
+                            largest[kind] = attempt - 1
         del ballast
         b.release()
-        if same_batch:  # both engines at one batch, budget lifted: the resolver's cost
+        if same_batch:  # all-resident at HiSparse's largest batch, budget lifted
             have = {(r["engine"], r["batch"]) for r in cfg["runs"]}
-            for batch in sorted({32, largest["hisparse"]}):
-                for kind in ("resident", "hisparse"):
-                    if (kind, batch) not in have:
-                        row = b.measure(kind, batch)
-                        row["outside_budget"] = True
-                        cfg["runs"].append(row)
-                        print(f"  {kind:8} B={batch:<4} step {row['step_us']:9.1f} µs "
-                              "(no budget)", flush=True)
+            if ("resident", largest["hisparse"]) not in have:
+                row = b.measure("resident", largest["hisparse"])
+                row["outside_budget"] = True
+                record(row, " (outside the budget)")
         cfg["summary"] = summarize(cfg, largest, len(ms.leaders))
         cfg["seconds"] = time.perf_counter() - t0
         print(f"  => {cfg['summary']['headline']}", flush=True)
-        doc["configs"].append(cfg)
         if on_config is not None:
             on_config(doc)
         same_batch = False  # the resolver figures once (first config)
@@ -302,8 +320,8 @@ def plot(doc: dict[str, Any], path: str) -> None:
             rows = sorted((r for r in cfg["runs"] if r["engine"] == kind
                            and not r.get("outside_budget")), key=lambda r: r["batch"])
             ax.plot([r["batch"] for r in rows], [r["tokens_per_s"] for r in rows], style,
-                    label=f"{kind} (largest {cfg['summary'][kind + '_largest']})")
-        ratio = cfg["summary"].get("ratio")
+                    label=f"{kind} (largest {cfg.get('summary', {}).get(kind + '_largest')})")
+        ratio = cfg.get("summary", {}).get("ratio")
         ax.set(xlabel="batch (requests)", ylabel="decode tokens/s",
                title=f"{cfg['sharing']} {cfg['context'] // 1024}k"
                      + (f": {ratio:.2f}x" if ratio else ""))
