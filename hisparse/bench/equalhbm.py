@@ -110,28 +110,31 @@ class _Bench:
         return isinstance(exc, oom) or "out of memory" in str(exc).lower()
 
     def probe(self, kind: str) -> Callable[[int], bool]:
-        torch, m = self.torch, self.model
-
         def fits(batch: int) -> bool:
-            eng = sched = None
+            ok = False
             try:
-                eng, sched = self.build(kind, batch, PROBE_HOST_BLOCKS)
-                with torch.cuda.stream(eng.stream):
-                    p = torch.arange(PREFILL_CHUNK, device=m.device)
-                    m.prefill_rows(0, p % m.shape.vocab, p)
-                    m.prefill_keys(0, p % m.shape.vocab, p)
-                eng.launch()
-                eng.stream.synchronize()
-                return True
+                ok = self._probe_once(kind, batch)
             except Exception as exc:  # only memory exhaustion is a "no"
                 if not self.is_oom(exc):
                     raise
-                return False
-            finally:
-                del eng, sched
-                self.release()
+            self.release()  # after the except: its traceback held the engine
+            return ok
 
         return fits
+
+    def _probe_once(self, kind: str, batch: int) -> bool:
+        """Build at ``batch`` (graph captured), run a prefill chunk's projections and one
+        step; True unless something ran out of memory (which raises)."""
+        torch, m = self.torch, self.model
+        eng, sched = self.build(kind, batch, PROBE_HOST_BLOCKS)
+        with torch.cuda.stream(eng.stream):
+            p = torch.arange(PREFILL_CHUNK, device=m.device)
+            m.prefill_rows(0, p % m.shape.vocab, p)
+            m.prefill_keys(0, p % m.shape.vocab, p)
+        eng.launch()
+        eng.stream.synchronize()
+        del eng, sched
+        return True
 
     def measure(self, kind: str, batch: int) -> dict[str, Any]:
         torch = self.torch
@@ -154,6 +157,21 @@ class _Bench:
         del eng, sched, topk
         self.release()
         return row
+
+    def try_measure(self, kind: str, batch: int) -> dict[str, Any] | None:
+        """``measure``, or None when it ran out of memory; the failed run's memory is
+        freed only once its exception (whose traceback holds the engine) is gone."""
+        failed = False
+        try:
+            return self.measure(kind, batch)
+        except Exception as exc:
+            if not self.is_oom(exc):
+                raise
+            failed = True
+        finally:
+            if failed:
+                self.release()
+        return None
 
     def _profile(self, eng: Any, top: int = 12) -> list[dict[str, Any]]:
         """Device time per kernel name over 3 replays of the captured step."""
@@ -247,18 +265,17 @@ def run(
         for kind in ("resident", "hisparse"):
             for batch in curve_batches(kind, largest[kind], largest["resident"]):
                 for attempt in (batch, batch - 1):  # the probe's answer, then one below
-                    try:
-                        record(b.measure(kind, attempt))
+                    row = b.try_measure(kind, attempt)
+                    if row is not None:
+                        record(row)
                         break
-                    except Exception as exc:
-                        if not b.is_oom(exc) or attempt <= 1:
-                            raise
-                        b.release()
-                        cfg["measure_oom"].append({"engine": kind, "batch": attempt})
-                        print(f"  {kind} B={attempt}: out of memory in the measured run",
-                              flush=True)
-                        if attempt == largest[kind]:
-                            largest[kind] = attempt - 1
+                    cfg["measure_oom"].append({"engine": kind, "batch": attempt})
+                    print(f"  {kind} B={attempt}: out of memory in the measured run",
+                          flush=True)
+                    if attempt == largest[kind]:
+                        largest[kind] = attempt - 1
+                    if attempt <= 1:
+                        break
         del ballast
         b.release()
         if same_batch:  # all-resident at HiSparse's largest batch, budget lifted
