@@ -9,6 +9,8 @@ all-resident oracle stay token- and logit-identical at this geometry, both shari
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -124,3 +126,26 @@ def test_v32_geometry_decode_is_bit_identical_to_all_resident(v32: Any) -> None:
     assert rep.entries_compared > 0 and rep.nonfinite_logits == 0
     assert rep.identical, (rep.first_mismatch_step, rep.max_abs_logit_diff)
     assert rep.spills > 0 and rep.misses > 0 and rep.hot_hits > 0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    code = ("import sys; sys.modules['torch'] = None\nfrom hisparse.cli import main\n"
+            f"sys.exit(main({list(args)!r}))\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+
+
+def test_bench_equal_hbm_refuses_bad_flags_in_one_line() -> None:
+    for flags in (["--sharing", "every-other"], ["--contexts", "128k"],
+                  ["--contexts", "0"], ["--budget-gib", "-1"]):
+        out = _cli("bench", "equal-hbm", *flags)
+        assert out.returncode == 2, (flags, out.stderr)
+        assert "Traceback" not in out.stderr
+        assert out.stderr.strip().splitlines()[-1].startswith("hisparse bench equal-hbm: error")
+
+
+def test_bench_equal_hbm_without_torch_exits_2_saying_what_to_install() -> None:
+    out = _cli("bench", "equal-hbm")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "hisparse[cuda12]" in out.stderr or "hisparse[engine]" in out.stderr
