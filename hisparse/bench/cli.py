@@ -167,6 +167,57 @@ def _engine(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def _equal_hbm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget-gib", type=positive_float, default=6.0,
+                   help="HBM beyond the weights each engine gets (6: all-resident holds "
+                        "about 7 requests of 128k at 8 layers)")
+    p.add_argument("--layers", type=positive_int, default=8, help="decoder layers")
+    p.add_argument("--contexts", type=_ints, default=(131072, 32768),
+                   help="context lengths, comma-separated")
+    p.add_argument("--sharing", type=_sharings, default=("v3.2", "glm-5.2"),
+                   help="index sharings, comma-separated: v3.2 (every layer owns its "
+                        "indexer), glm-5.2 (followers replay a leader's plan)")
+    p.add_argument("--drift", type=positive_float, default=0.008,
+                   help="fraction of each top-K that moves every step")
+    p.add_argument("--steps", type=positive_int, default=20, help="timed steps per run")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got "
+                                         f"{text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return out
+
+
+def _sharings(text: str) -> tuple[str, ...]:
+    from hisparse.engine.geometry import SHARING
+
+    out = tuple(x.strip() for x in text.split(","))
+    if not out or any(x not in SHARING for x in out):
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(SHARING)}, got "
+                                         f"{text!r}")
+    return out
+
+
+def _equal_hbm(args: argparse.Namespace) -> dict[str, Any]:
+    import json
+
+    from hisparse.bench import equalhbm
+
+    def save(doc: dict[str, Any]) -> None:  # after every config: a cut-off run keeps some
+        if args.json is not None:
+            args.json.write_text(json.dumps(doc, indent=1, default=str))
+            equalhbm.plot(doc, str(args.json.with_suffix(".png")))
+
+    return equalhbm.run(budget_gib=args.budget_gib, contexts=args.contexts,
+                        sharings=args.sharing, layers=args.layers, drift=args.drift,
+                        steps=args.steps, on_config=save)
+
+
 # -- churn ----------------------------------------------------------------------------
 
 
@@ -261,6 +312,8 @@ TARGETS: dict[str, BenchTarget] = {
                          _churn_args, _churn),
     "engine": BenchTarget("decode step time and KV HBM, HiSparse vs all-resident (NVIDIA GPU)",
                           _engine_args, _engine),
+    "equal-hbm": BenchTarget("decode tokens/s at equal HBM by allocation, V3.2 geometry "
+                             "(NVIDIA GPU)", _equal_hbm_args, _equal_hbm),
     "tp": BenchTarget("tensor-parallel ranks, private vs shared host backing (NVIDIA GPUs)",
                       _tp_args, _tp),
     "nixl": BenchTarget("NIXL host-to-host READ between two processes vs memcpy (CPU)",

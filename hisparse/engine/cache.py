@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from hisparse.engine.config import ROW_BYTES, EngineShape, ModelShape
+from hisparse.engine.indexer import quantize_keys
 from hisparse.engine.inputs import ResolveInputs
 from hisparse.engine.schedule import HiSparseScheduler, PageTables
 from hisparse.executor.cuda import CudaExecutor, CudaPools, CudaResolveResult, ResolveBuffers
@@ -50,26 +51,44 @@ def entry_layout(shape: EngineShape, device: torch.device) -> tuple[torch.Tensor
 
 
 class IndexCache:
-    """bf16 indexer keys per indexer owner, [slots * max_context, index_dim]."""
+    """Indexer keys per indexer owner, row ``slot * max_context + position``: bf16
+    [rows, index_dim], or (``index_fp8``) FP8 bits uint8 [rows, index_dim] and float32
+    scales [rows], as DeepSeek-V3.2 stores them."""
 
     def __init__(self, model: ModelShape, shape: EngineShape, device: torch.device) -> None:
         self.shape = shape
+        self.fp8 = model.index_fp8
+        rows = shape.slots * shape.max_context
+        dtype = torch.uint8 if self.fp8 else torch.bfloat16
         self.keys = {
-            layer: torch.zeros(shape.slots * shape.max_context, model.index_dim,
-                               dtype=torch.bfloat16, device=device)
+            layer: torch.zeros(rows, model.index_dim, dtype=dtype, device=device)
             for layer in model.leaders
+        }
+        self.scales = {
+            layer: torch.zeros(rows, dtype=torch.float32, device=device)
+            for layer in (model.leaders if self.fp8 else [])
         }
 
     def write(self, layer: int, keys: torch.Tensor, slot: torch.Tensor, pos: torch.Tensor) -> None:
+        at = slot * self.shape.max_context + pos
+        if self.fp8:
+            bits, scale = quantize_keys(keys)
+            self.keys[layer].view(torch.int64).index_copy_(0, at, bits.view(torch.int64))
+            self.scales[layer].index_copy_(0, at, scale)
+            return
         self.keys[layer].view(torch.int64).index_copy_(
-            0, slot * self.shape.max_context + pos, keys.contiguous().view(torch.int64))
+            0, at, keys.contiguous().view(torch.int64))
 
-    def view(self, layer: int) -> torch.Tensor:
-        return self.keys[layer].view(self.shape.slots, self.shape.max_context, -1)
+    def view(self, layer: int) -> Any:
+        """[N, T, Di] keys, or (FP8 bits [N, T, Di], scales [N, T])."""
+        n, t = self.shape.slots, self.shape.max_context
+        keys = self.keys[layer].view(n, t, -1)
+        return (keys, self.scales[layer].view(n, t)) if self.fp8 else keys
 
     @property
     def nbytes(self) -> int:
-        return sum(k.numel() * k.element_size() for k in self.keys.values())
+        tensors = [*self.keys.values(), *self.scales.values()]
+        return sum(k.numel() * k.element_size() for k in tensors)
 
 
 class KVCache(Protocol):

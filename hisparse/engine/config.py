@@ -35,6 +35,12 @@ class ModelShape:
     vocab: int = 32768
     index_heads: int = 8
     index_dim: int = 128
+    q_rank: int = 0
+    """Query low-rank width (DeepSeek-V3.2: 1536): queries are ``norm(h @ wq_a) @ wq_b``
+    and the indexer's queries come from the same latent; 0 projects ``h`` directly."""
+    index_fp8: bool = False
+    """Indexer keys stored as DeepSeek-V3.2 stores them: ``index_dim`` FP8 values and one
+    float32 scale per token (132 bytes at 128), scored by a fused kernel; False: bf16."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -48,6 +54,8 @@ class ModelShape:
                     f"layer {i} follows layer {lead}, which is not an earlier layer owning "
                     "its own indexer"
                 )
+        if self.q_rank < 0:
+            raise EngineConfigError(f"q_rank must be >= 0, got {self.q_rank}")
         for name in ("hidden", "heads", "nope_dim", "v_dim", "mlp_dim", "vocab",
                      "index_heads"):
             if getattr(self, name) < 1:
@@ -68,7 +76,22 @@ class ModelShape:
 
     @property
     def index_key_bytes(self) -> int:
-        return 2 * self.index_dim  # bf16
+        """One token's indexer key: FP8 values plus a float32 scale, or bf16 values."""
+        return self.index_dim + 4 if self.index_fp8 else 2 * self.index_dim
+
+    def weight_bytes(self) -> int:
+        """bf16 weight bytes the decode step reads (every layer, embedding row gathers
+        aside, plus the output head): the step's fixed cost."""
+        d, h, qk = self.hidden, self.heads, self.nope_dim + ROPE_DIM
+        q = d * self.q_rank + self.q_rank * h * qk if self.q_rank else d * h * qk
+        attn = q + d * (LATENT_DIM + ROPE_DIM) + 2 * h * self.nope_dim * LATENT_DIM
+        attn += h * self.v_dim * d
+        mlp = 3 * d * self.mlp_dim
+        index_in = self.q_rank or d
+        index = index_in * self.index_heads * self.index_dim + d * (self.index_dim
+                                                                     + self.index_heads)
+        per_layer = attn + mlp
+        return 2 * (self.layers * per_layer + len(self.leaders) * index + d * self.vocab)
 
 
 @dataclass(frozen=True)

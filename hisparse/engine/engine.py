@@ -47,12 +47,13 @@ class DecodeEngine:
 
     def __init__(
         self, model: Model, cache: KVCache, shape: EngineShape, *, stream: torch.cuda.Stream,
-        graph: bool, topk: str = "indexer",
+        graph: bool, topk: str = "indexer", prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
         if topk not in ("indexer", "given"):
             raise ValueError(f"topk must be 'indexer' or 'given', got {topk!r}")
         self.model, self.cache, self.shape, self.stream = model, cache, shape, stream
         self.use_given = topk == "given"
+        self.prefill_chunk = prefill_chunk
         dev = model.device
         e, n = shape.entries, shape.slots
         self.entry_slot, self.entry_j = entry_layout(shape, dev)
@@ -72,6 +73,10 @@ class DecodeEngine:
             self.logits, self.packed = self._body()  # warm-up with every entry inactive
         stream.synchronize()
         if graph:
+            # the warm-up's workspace goes back to the device: the capture allocates its
+            # own (a graph's private pool), so both never need to fit at once
+            del self.logits, self.packed
+            torch.cuda.empty_cache()
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, stream=stream):
                 self.logits, self.packed = self._body()
@@ -79,10 +84,11 @@ class DecodeEngine:
 
     # -- the step ----------------------------------------------------------------------
 
-    def _topk(self, layer: int, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def _topk(self, layer: int, h: torch.Tensor, pos: torch.Tensor, hq: torch.Tensor
+              ) -> torch.Tensor:
         """The indexer's top-K positions per entry, ascending, -1 padding first."""
         scores = self.model.index_scores(layer, h, pos, self.index.view(layer),
-                                         self.shape.per_slot)
+                                         self.shape.per_slot, hq)
         vals, idx = scores.topk(self.shape.top_k, dim=-1)
         idx = torch.where(torch.isneginf(vals), -1, idx)
         return idx.sort(dim=-1).values.to(torch.int32)
@@ -94,11 +100,12 @@ class DecodeEngine:
         x = m.embed[tokens]
         for layer, lw in enumerate(m.layers):
             h = m.rmsnorm(x, lw.attn_norm)
+            hq = m.query_input(layer, h)
             cache.write(layer, m.kv_rows(layer, h, pos))
             leader = m.shape.index_leaders[layer]
             if leader == layer:
                 self.index.write(layer, m.index_keys(layer, h, pos), self.entry_slot, pos)
-                topk = self._topk(layer, h, pos)
+                topk = self._topk(layer, h, pos, hq)
                 if self.use_given:
                     topk = self.given_topk
                 rows = cache.select(layer, topk)
@@ -106,7 +113,7 @@ class DecodeEngine:
             else:
                 cache.follow(layer, leader)
                 rows = selected
-            x = x + m.attention(layer, h, pos, cache.gather(layer, rows), rows < 0)
+            x = x + m.attention(layer, h, pos, cache.gather(layer, rows), rows < 0, hq)
             x = x + m.mlp(layer, x)
         logits = m.logits(x)
         nxt = logits.argmax(-1)
@@ -159,15 +166,24 @@ class DecodeEngine:
         with torch.cuda.stream(self.stream):
             tokens = torch.from_numpy(prompt[:length].astype(np.int64)).to(dev)
             rows_pos, targets = self.cache.prefill_targets(slot, length)
+            # Rows are projected in the same chunks of positions whichever of them this
+            # cache writes: a GEMM's bits for one row can depend on how many rows it
+            # multiplies (cuBLAS picks kernels by shape), so chunks taken over only the
+            # written positions would give a row other bits than the oracle's.
+            where = torch.full((length,), -1, dtype=torch.int64, device=dev)
+            where[rows_pos] = targets
+            c = self.prefill_chunk
             for layer in range(m.shape.layers):
-                for a in range(0, len(rows_pos), PREFILL_CHUNK):
-                    p = rows_pos[a : a + PREFILL_CHUNK]
+                for a in range(0, length, c):
+                    p = torch.arange(a, min(length, a + c), device=dev)
                     rows = m.prefill_rows(layer, tokens[p], p)
-                    self.cache.write_rows(layer, targets[a : a + PREFILL_CHUNK], rows)
+                    at = where[a : a + c]
+                    keep = at >= 0
+                    self.cache.write_rows(layer, at[keep], rows[keep])
                 if m.shape.index_leaders[layer] != layer:
                     continue
-                for a in range(0, length, PREFILL_CHUNK):
-                    p = torch.arange(a, min(length, a + PREFILL_CHUNK), device=dev)
+                for a in range(0, length, c):
+                    p = torch.arange(a, min(length, a + c), device=dev)
                     keys = m.prefill_keys(layer, tokens[p], p)
                     self.index.write(layer, keys, torch.full_like(p, slot), p)
 

@@ -32,9 +32,11 @@ from hisparse.executor.cuda.backend import load_cupy
 
 def hisparse_engine(
     model: Model, shape: EngineShape, *, gpu_blocks: int, host_blocks: int, graph: bool,
-    topk: str = "indexer",
+    topk: str = "indexer", stream: torch.cuda.Stream | None = None,
 ) -> tuple[DecodeEngine, HiSparseScheduler]:
-    """A HiSparse engine on the CUDA executor, in a stream of its own."""
+    """A HiSparse engine on the CUDA executor, in a stream of its own (or ``stream``:
+    torch keeps a cuBLAS workspace per stream for good, so a benchmark that builds many
+    engines in a memory budget gives them one)."""
     cupy = load_cupy()
     ms = model.shape
     config = HiSparseConfig(
@@ -43,7 +45,7 @@ def hisparse_engine(
         num_speculative_tokens=shape.num_speculative_tokens, layers=ms.layers,
         index_leaders=ms.index_leaders,
     )
-    stream = torch.cuda.Stream(device=model.device)
+    stream = stream if stream is not None else torch.cuda.Stream(device=model.device)
     executor = CudaExecutor(
         top_k=shape.top_k, max_positions=shape.max_context,
         num_speculative_tokens=shape.num_speculative_tokens,
@@ -56,11 +58,12 @@ def hisparse_engine(
 
 
 def resident_engine(
-    model: Model, shape: EngineShape, *, graph: bool, topk: str = "indexer"
+    model: Model, shape: EngineShape, *, graph: bool, topk: str = "indexer",
+    stream: torch.cuda.Stream | None = None,
 ) -> DecodeEngine:
     """The oracle: every KV row resident in a plain tensor, no HiSparse."""
     cache = ResidentCache(model.shape, shape, model.device)
-    stream = torch.cuda.Stream(device=model.device)
+    stream = stream if stream is not None else torch.cuda.Stream(device=model.device)
     return DecodeEngine(model, cache, shape, stream=stream, graph=graph, topk=topk)
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from hisparse.engine.config import LATENT_DIM, ROPE_DIM, ModelShape
+from hisparse.engine.indexer import scores_fused
 from hisparse.engine.kvrow import pack_rows, unpack_rows
 
 ROPE_BASE = 10000.0
@@ -31,7 +33,9 @@ MASKED = -1.0e30
 @dataclass(frozen=True, eq=False)
 class LayerWeights:
     attn_norm: torch.Tensor  # [D]
-    wq: torch.Tensor  # [D, H * (nope + rope)]
+    wq: torch.Tensor  # [Q, H * (nope + rope)]; Q = q_rank, or D without one
+    wq_a: torch.Tensor | None  # [D, q_rank] (q_rank > 0 only)
+    q_norm: torch.Tensor | None  # [q_rank]
     wdkv: torch.Tensor  # [D, 512]
     wkr: torch.Tensor  # [D, 64]
     wuk: torch.Tensor  # [H, nope, 512]
@@ -41,7 +45,7 @@ class LayerWeights:
     wgate: torch.Tensor  # [D, F]
     wup: torch.Tensor  # [D, F]
     wdown: torch.Tensor  # [F, D]
-    wiq: torch.Tensor | None  # [D, Hi * Di] (indexer owners only)
+    wiq: torch.Tensor | None  # [Q, Hi * Di] (indexer owners only)
     wik: torch.Tensor | None  # [D, Di]
     wiw: torch.Tensor | None  # [D, Hi]
 
@@ -63,13 +67,18 @@ class Model:
             return torch.ones(s.hidden, device=self.device, dtype=torch.bfloat16)
 
         d, h = s.hidden, s.heads
+        qin = s.q_rank or d
         self.embed = w(s.vocab, d, fan_in=1)
         self.layers: list[LayerWeights] = []
         for i in range(s.layers):
             owner = s.index_leaders[i] == i
+            wq_a = w(d, s.q_rank, fan_in=d) if s.q_rank else None
             self.layers.append(LayerWeights(
                 attn_norm=ones(),
-                wq=w(d, h * (s.nope_dim + ROPE_DIM), fan_in=d),
+                wq=w(qin, h * (s.nope_dim + ROPE_DIM), fan_in=qin),
+                wq_a=wq_a,
+                q_norm=(torch.ones(s.q_rank, device=self.device, dtype=torch.bfloat16)
+                        if s.q_rank else None),
                 wdkv=w(d, LATENT_DIM, fan_in=d),
                 wkr=w(d, ROPE_DIM, fan_in=d),
                 wuk=w(h, s.nope_dim, LATENT_DIM, fan_in=s.nope_dim),
@@ -79,7 +88,7 @@ class Model:
                 wgate=w(d, s.mlp_dim, fan_in=d),
                 wup=w(d, s.mlp_dim, fan_in=d),
                 wdown=w(s.mlp_dim, d, fan_in=s.mlp_dim),
-                wiq=w(d, s.index_heads * s.index_dim, fan_in=d) if owner else None,
+                wiq=w(qin, s.index_heads * s.index_dim, fan_in=qin) if owner else None,
                 wik=w(d, s.index_dim, fan_in=d) if owner else None,
                 wiw=w(d, s.index_heads, fan_in=d) if owner else None,
             ))
@@ -136,19 +145,33 @@ class Model:
 
     # -- decode -------------------------------------------------------------------------
 
+    def query_input(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """What the attention and indexer queries project: the normed query latent
+        ``norm(h @ wq_a)`` with a query rank, else ``h`` itself."""
+        lw = self.layers[layer]
+        if lw.wq_a is None or lw.q_norm is None:
+            return h
+        return self.rmsnorm(h @ lw.wq_a, lw.q_norm)
+
     def index_scores(
-        self, layer: int, h: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor,
-        per_slot: int,
+        self, layer: int, h: torch.Tensor, pos: torch.Tensor, keys: Any,
+        per_slot: int, hq: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """float32 [E, T] indexer scores of entries ``h`` [E, D] over ``keys`` [N, T, Di]
-        (the keys of each entry's slot; E = N * per_slot), -inf past each query position."""
+        """float32 [E, T] indexer scores of entries ``h`` [E, D] over each entry's slot's
+        keys (bf16 [N, T, Di], or FP8 values and scales ``(uint8 [N, T, Di], [N, T])``;
+        E = N * per_slot), -inf past each query position. ``hq``: ``query_input``."""
         lw, s = self.layers[layer], self.shape
         assert lw.wiq is not None and lw.wiw is not None
+        hq = self.query_input(layer, h) if hq is None else hq
         e = h.shape[0]
-        n, t, di = keys.shape
-        q = self._index_rope((h @ lw.wiq).view(e, s.index_heads, di), pos.unsqueeze(-1).expand(
-            e, s.index_heads))
+        di = s.index_dim
+        q = self._index_rope((hq @ lw.wiq).view(e, s.index_heads, di),
+                             pos.unsqueeze(-1).expand(e, s.index_heads))
         wts = (h @ lw.wiw).float() * (s.index_heads ** -0.5)  # [E, Hi]
+        if s.index_fp8:
+            fp8, scale = keys
+            return scores_fused(q, wts, fp8, scale, pos, per_slot)
+        n, t, _ = keys.shape
         logits = torch.bmm(q.view(n, per_slot * s.index_heads, di), keys.transpose(1, 2))
         gated = torch.relu(logits).float().view(e, s.index_heads, t)
         scores = torch.bmm(wts.unsqueeze(1), gated).squeeze(1)  # [E, T]
@@ -157,13 +180,14 @@ class Model:
 
     def attention(
         self, layer: int, h: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
-        pad: torch.Tensor,
+        pad: torch.Tensor, hq: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Sparse MLA over gathered cache rows ``rows`` uint8 [E, K, 656]; ``pad`` [E, K]
         marks positions to ignore. Returns the attention output [E, D]."""
         lw, s = self.layers[layer], self.shape
         e, nh = h.shape[0], s.heads
-        q = (h @ lw.wq).view(e, nh, s.nope_dim + ROPE_DIM)
+        hq = self.query_input(layer, h) if hq is None else hq
+        q = (hq @ lw.wq).view(e, nh, s.nope_dim + ROPE_DIM)
         q_nope, q_rope = q[..., : s.nope_dim], q[..., s.nope_dim :]
         q_rope = self.rope(q_rope, pos.unsqueeze(-1).expand(e, nh))
         q_lat = torch.bmm(q_nope.transpose(0, 1), lw.wuk).transpose(0, 1)  # [E, H, 512]

@@ -103,7 +103,9 @@ TARGETS: dict[str, Guard] = {
     "hisparse/bench/cli.py": _t("test_bench_cli", "test_engine"),
     "hisparse/bench/coordinator.py": _t("test_bench_cli"),
     "hisparse/bench/protocol.py": _t("test_bench_cli"),
-    "hisparse/engine/config.py": _t("test_engine"),
+    "hisparse/engine/config.py": _t("test_engine", "test_engine_v32"),
+    "hisparse/engine/geometry.py": _t("test_engine_v32"),
+    "hisparse/bench/allocsearch.py": _t("test_allocsearch"),
     "hisparse/engine/workload.py": _t("test_engine", "test_workload"),
     "hisparse/engine/schedule.py": _t("test_engine"),
     # the executors' interface and the NumPy reference
@@ -187,6 +189,10 @@ EXCLUDED: dict[str, str] = {
     "hisparse/bench/spill.py": _GPU + " (benchmark timing)",
     "hisparse/bench/tp.py": _GPU + " (benchmark timing)",
     "hisparse/bench/engine.py": _TORCH,
+    "hisparse/bench/equalhbm.py": _TORCH + " (the equal-HBM bench; its arithmetic is "
+    "tested in test_engine_v32)",
+    "hisparse/engine/indexer.py": _TORCH,
+    "hisparse/engine/indexer_scan.py": _TORCH + " (a Triton kernel)",
     "hisparse/engine/backend.py": _TORCH,
     "hisparse/engine/cache.py": _TORCH,
     "hisparse/engine/engine.py": _TORCH,
