@@ -138,6 +138,26 @@ class ReferenceExecutor:
             raise BadPlan(f"device rows outside 0..{pools.layout.device_rows - 1}")
         pools.device[rows] = data
 
+    def import_memory(self, pools: ReferencePools) -> NDArray[np.uint8]:
+        """The resident region of the device pool (a view): direct import landing."""
+        region: NDArray[np.uint8] = pools.device[: pools.layout.resident_rows]
+        return region
+
+    def write_host_block(
+        self, pools: ReferencePools, host_block: int, data: NDArray[np.uint8]
+    ) -> None:
+        """A staged page into host block ``host_block``; refused while a spill copy is
+        queued into it (``PendingHostWrite``), out of range as ``BadPlan``."""
+        layout = pools.layout
+        if not 0 <= host_block < layout.host_blocks:
+            raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
+        if data.shape != (layout.block_tokens, layout.row_bytes):
+            raise BadPlan(f"a host block is {layout.block_tokens} rows of "
+                          f"{layout.row_bytes} bytes, got {data.shape}")
+        rows = np.arange(layout.block_tokens, dtype=np.int64) + layout.host_row(host_block, 0)
+        self._stream.readable_rows(layout, pools.host, rows)  # no spill queued into it
+        pools.host[rows] = data
+
     def read_device_rows(
         self, pools: ReferencePools, rows: NDArray[np.int64]
     ) -> NDArray[np.uint8]:

@@ -302,7 +302,7 @@ class Transport:
     def _fail(self, handle: ImportHandle, chunk: int, exc: ImportFailed) -> None:
         if handle.error is None:
             handle.error = exc if exc.chunk == chunk else ImportFailed(
-                handle.request.req_id, chunk, str(exc))
+                handle.request.req_id, chunk, str(exc), exc.reason)
         for i, state in enumerate(handle.states):
             if state is ChunkState.PENDING or i == chunk:
                 handle.states[i] = ChunkState.FAILED

@@ -114,7 +114,8 @@ class LoopbackTransport(Transport):
     def _post(self, handle: ImportHandle, chunk: int) -> bool:
         peer = self.peers[handle.announcement.agent]
         if not peer.alive:
-            raise ImportFailed(handle.request.req_id, chunk, f"prefiller {peer.name!r} is gone")
+            raise ImportFailed(handle.request.req_id, chunk, f"prefiller {peer.name!r} is gone",
+                               "prefiller_lost")
         flat = peer.pages.reshape(-1)
         for local, remote, n, _ in handle.tokens[chunk]:
             off = remote - peer.base

@@ -4,8 +4,9 @@ The staging pool's buffer is registered once with the decoder's agent, block mem
 device pool, for the device target) when ``register`` is called; each chunk is one NIXL
 READ whose local descriptors are its checked destinations (valid rows only, one segment
 per layer: a final page that is not full reads its valid rows) and whose remote
-descriptors are the checked announcement's. A NIXL exception or an ``ERR`` state (a prefiller gone) fails that
-request's import with ``ImportFailed``; other imports are untouched.
+descriptors are the checked announcement's. A NIXL exception or an ``ERR`` state (a
+prefiller gone) fails that request's import with ``ImportFailed``; other imports are
+untouched.
 """
 
 from __future__ import annotations
