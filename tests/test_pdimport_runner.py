@@ -235,7 +235,7 @@ def test_staging_exhausted_waits_and_never_exceeds_the_pool(rig: Rig) -> None:
     assert not landed and not done and not failed and len(rig.runner.live) == 2
     assert rig.runner.stats.staging_waits > 0
     rig.staging.release(other)
-    landed_all, done_all, failed_all = drain(rig)
+    _, done_all, failed_all = drain(rig)
     assert not failed_all and sorted(done_all) == [0, 1]
     assert rig.runner.stats.staging_peak <= rig.staging.slots
 
@@ -304,6 +304,7 @@ def test_abort_mid_import_returns_everything(rig: Rig) -> None:
     rig.runner.abort(99)  # unknown: it ended already; ignored
     landed, done, failed = drain(rig)
     assert not done and failed[0].reason == "transport" and failed[0].detail == "aborted"
+    assert 0 not in landed  # a failed import reports no progress
 
 
 def test_killed_prefiller_fails_its_import_and_others_go_on(kind: str) -> None:
@@ -325,7 +326,7 @@ def test_killed_prefiller_fails_its_import_and_others_go_on(kind: str) -> None:
         rig.runner.prefiller = other.name
         rig.runner.start(command(1, "b", "host", 2 * BLOCK - 1, [None, 7], [0, 1]))
         landed, done, failed = drain(rig)
-        assert done == [1] and set(failed) == {0}
+        assert done == [1] and set(failed) == {0} and sorted(landed[1]) == [1, 2]
         assert failed[0].reason == ("prefiller_lost" if kind == "loopback" else "transport")
         pages_b[1].reshape(LAYERS, BLOCK, ROW)[:, BLOCK - 1] = 0
         for layer in range(LAYERS):
