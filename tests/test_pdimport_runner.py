@@ -351,3 +351,66 @@ def test_worker_loss_during_imports_drops_them_and_returns_everything(rig: Rig) 
     rig.runner.start(command(2, "a", "host", 5 * BLOCK, [None] * 5, [0, 1, 2, 3, 4]))  # type: ignore[arg-type]
     _, done, failed = drain(rig)
     assert done == [2] and not failed
+
+
+# -- the worker: commands in the connector metadata, acks out ------------------------------
+
+
+def _worker(layers: int = 2) -> tuple[Any, Any, LoopbackPrefiller]:
+    from hisparse.config import HiSparseConfig
+    from hisparse.worker import HiSparseWorker
+
+    cfg = HiSparseConfig(host_pool_blocks=8, block_tokens=BLOCK, row_bytes=ROW, top_k=4,
+                         layers=layers)
+    executor = ReferenceExecutor()
+    worker = HiSparseWorker(cfg, executor, gpu_blocks=8, slots=2)
+    page = layers * BLOCK * ROW
+    staging = StagingPool(2 * page, 2, page)
+    peer = LoopbackPrefiller("pf", np.zeros((8, page), np.uint8))
+    tr = LoopbackTransport(staging)
+    tr.connect(peer)
+    runner = ImportRunner(tr, executor, worker.import_pools(), worker.layout, peer, "pf")
+    worker.attach_importer(runner)
+    return worker, runner, peer
+
+
+def test_the_worker_imports_what_the_metadata_commands() -> None:
+    from hisparse.connector import HiSparseConnector, KVConnectorRole
+    from hisparse.spec.messages import CONNECTOR_METADATA, trusted_metadata
+
+    worker, runner, peer = _worker()
+    pages = np.random.default_rng(20).integers(0, 256, (2, 2 * BLOCK * ROW), dtype=np.uint8)
+    peer.put("a", pages)
+    conn = HiSparseConnector(KVConnectorRole.WORKER, worker=worker)
+    cmd = command(3, "a", "host", 2 * BLOCK - 1, [None, 1], [2, 5])
+    conn.bind_connector_metadata(CONNECTOR_METADATA.dump_json(trusted_metadata((), (),
+                                                                               imports=(cmd,))))
+    assert list(runner.live) == [3]
+    for _ in range(10):
+        worker.advance_imports()
+    landed, done, failed = worker.take_import_acks()
+    assert done == (3,) and not failed and sorted(p for a in landed for p in a.pages) == [1, 2]
+    pools = worker.import_pools()
+    for layer in range(2):
+        want = pages[1].reshape(2, BLOCK, ROW)[layer].copy()
+        want[BLOCK - 1] = 0
+        assert np.array_equal(pools[layer].host[5 * BLOCK:6 * BLOCK], want)
+        assert np.array_equal(pools[layer].device[1 * BLOCK:2 * BLOCK], want)
+    assert runner.idle
+
+
+def test_a_bad_import_command_is_refused_by_the_worker_and_changes_nothing() -> None:
+    from hisparse.spec.messages import SparseKVPageTransfer, trusted_metadata
+    from hisparse.worker import HiSparseWorker, WorkerError
+
+    worker, runner, peer = _worker()
+    peer.put("a", np.zeros((2, 2 * BLOCK * ROW), np.uint8))
+    bad = command(0, "a", "device", 2 * BLOCK, [1, 99], [None, None])
+    spill = SparseKVPageTransfer(transfer_id=1, src_gpu_block=0, dst_host_block=0)
+    with pytest.raises(WorkerError, match="out of range"):
+        worker.apply(trusted_metadata((spill,), (), imports=(bad,)))
+    assert not runner.live and not worker.executor.queued()  # the spill was not enqueued
+    plain = HiSparseWorker(worker.config, ReferenceExecutor(), gpu_blocks=8, slots=2)
+    good = command(0, "a", "device", 2 * BLOCK, [1, 2], [None, None])
+    with pytest.raises(WorkerError, match="without an import runner"):
+        plain.apply(trusted_metadata((), (), imports=(good,)))
