@@ -8,7 +8,7 @@ empty, no import in flight, NIXL registrations gone, prefiller processes reaped.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -118,8 +118,8 @@ def rig(kind: str) -> Iterator[Rig]:
     r.close()
 
 
-def command(iid: int, req: str, target: str, num_tokens: int, gpu: list[int | None],
-            host: list[int | None]) -> ImportCommand:
+def command(iid: int, req: str, target: str, num_tokens: int,
+            gpu: Sequence[int | None], host: Sequence[int | None]) -> ImportCommand:
     n = -(-num_tokens // BLOCK)
     pages = tuple(
         PageImport(page_index=i + 1, key=f"{req}:{i}", gpu_block=gpu[i], host_block=host[i],
@@ -132,13 +132,14 @@ def command(iid: int, req: str, target: str, num_tokens: int, gpu: list[int | No
 
 def expected_block(pages: np.ndarray, page: int, layer: int, num_tokens: int) -> np.ndarray:
     """Layer ``layer``'s block of page ``page``: the valid rows, zero after them."""
-    block = pages[page].reshape(LAYERS, BLOCK, ROW)[layer].copy()
+    block: np.ndarray = pages[page].reshape(LAYERS, BLOCK, ROW)[layer].copy()
     block[max(0, num_tokens - page * BLOCK):] = 0
     return block
 
 
 def device_block(rig: Rig, layer: int, g: int) -> np.ndarray:
-    return rig.pools[layer].device[g * BLOCK:(g + 1) * BLOCK]
+    block: np.ndarray = rig.pools[layer].device[g * BLOCK:(g + 1) * BLOCK]
+    return block
 
 
 def host_block(rig: Rig, layer: int, h: int) -> np.ndarray:
@@ -174,7 +175,7 @@ def test_both_targets_land_the_prefillers_bytes(rig: Rig, num_tokens: int) -> No
     host_h = [6, 0, 3][:n]
     mirror = [None] * (n - 1) + [4]  # the final page, needed immediately
     rig.runner.start(command(1, "dev", "device", num_tokens, gpu_d, [None] * n))
-    rig.runner.start(command(2, "hst", "host", num_tokens, mirror, host_h))  # type: ignore[arg-type]
+    rig.runner.start(command(2, "hst", "host", num_tokens, mirror, host_h))
     before = [(p.device.copy(), p.host.copy()) for p in rig.pools]
     landed, done, failed = drain(rig)
     assert not failed and sorted(done) == [1, 2]
@@ -298,7 +299,7 @@ def test_a_failing_chunk_fails_that_import_only(rig: Rig, monkeypatch: pytest.Mo
 
 def test_abort_mid_import_returns_everything(rig: Rig) -> None:
     rig.hold("a", 6 * BLOCK, 11)
-    rig.runner.start(command(0, "a", "host", 6 * BLOCK, [None] * 6, list(range(6))))  # type: ignore[arg-type]
+    rig.runner.start(command(0, "a", "host", 6 * BLOCK, [None] * 6, list(range(6))))
     rig.runner.advance()
     rig.runner.abort(0)
     rig.runner.abort(99)  # unknown: it ended already; ignored
@@ -341,14 +342,14 @@ def test_killed_prefiller_fails_its_import_and_others_go_on(kind: str) -> None:
 def test_worker_loss_during_imports_drops_them_and_returns_everything(rig: Rig) -> None:
     rig.hold("a", 5 * BLOCK, 14)
     rig.hold("b", 3 * BLOCK, 15)
-    rig.runner.start(command(0, "a", "host", 5 * BLOCK, [None] * 5, [0, 1, 2, 3, 4]))  # type: ignore[arg-type]
+    rig.runner.start(command(0, "a", "host", 5 * BLOCK, [None] * 5, [0, 1, 2, 3, 4]))
     rig.runner.start(command(1, "b", "device", 3 * BLOCK, [0, 1, 2], [None] * 3))
     rig.runner.advance()
     assert sorted(rig.runner.restart()) == [0, 1]
     assert rig.runner.take_acks() == ((), (), ())  # the acks went with the worker
     assert rig.runner.idle
     # the restarted worker imports again
-    rig.runner.start(command(2, "a", "host", 5 * BLOCK, [None] * 5, [0, 1, 2, 3, 4]))  # type: ignore[arg-type]
+    rig.runner.start(command(2, "a", "host", 5 * BLOCK, [None] * 5, [0, 1, 2, 3, 4]))
     _, done, failed = drain(rig)
     assert done == [2] and not failed
 

@@ -21,6 +21,7 @@ that moved).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -75,6 +76,7 @@ class ImportStats:
     direct_bytes: int = 0  # bytes READ straight into resident GPU blocks
     staging_peak: int = 0  # most slots in use at once
     staging_waits: int = 0  # chunks that waited a step for a free slot
+    reasons: Counter[str] = field(default_factory=Counter)  # failures: reason (or aborted)
 
 
 class ImportRunner:
@@ -197,6 +199,7 @@ class ImportRunner:
         for, its slots released) and nothing about it is reported; the coordinator fails
         them. Returns their import IDs."""
         lost = tuple(self.live)
+        self.stats.reasons["worker_lost"] += len(lost)
         for iid in lost:
             imp = self.live.pop(iid)
             self.transport.abort(imp.handle, "worker lost")
@@ -328,5 +331,6 @@ class ImportRunner:
 
     def _fail_now(self, iid: int, reason: ImportFailReason, detail: str) -> None:
         self.stats.failed += 1
+        self.stats.reasons["aborted" if detail == "aborted" else reason] += 1
         self._failed.append(ImportFailure(
             import_id=iid, reason=reason, detail=detail[:MAX_DETAIL_CHARS]))

@@ -118,6 +118,12 @@ class Transport:
             self._deregister(buf)
         self.regions.clear()
 
+    def close(self) -> None:
+        """Forget ended imports and drop every block registration (idempotent)."""
+        for handle in list(self.live.values()):
+            self.finish(handle)
+        self.deregister_all()
+
     def _region_of(self, addr: int, nbytes: int) -> np.ndarray | None:
         for base, buf in self.regions.items():
             if base <= addr and addr + nbytes <= base + buf.nbytes:
