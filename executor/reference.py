@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.base import NO_ENTRY, ResolveBatch, ResolveResult, SpillCopy
-from hisparse.executor.errors import BadPlan
+from hisparse.executor.errors import BadPlan, PendingHostWrite
 from hisparse.executor.layout import PoolLayout
 from hisparse.executor.resolver import decide, reset_hot_slot
 from hisparse.executor.stream import QueuedCopy, SpillStream
@@ -154,9 +154,11 @@ class ReferenceExecutor:
         if data.shape != (layout.block_tokens, layout.row_bytes):
             raise BadPlan(f"a host block is {layout.block_tokens} rows of "
                           f"{layout.row_bytes} bytes, got {data.shape}")
-        rows = np.arange(layout.block_tokens, dtype=np.int64) + layout.host_row(host_block, 0)
-        self._stream.readable_rows(layout, pools.host, rows)  # no spill queued into it
-        pools.host[rows] = data
+        tid = self._stream.pending_into(pools.host, host_block)
+        if tid is not None:  # a spill copy still lands there
+            raise PendingHostWrite(host_block, tid)
+        start = layout.host_row(host_block, 0)
+        pools.host[start : start + layout.block_tokens] = data
 
     def read_device_rows(
         self, pools: ReferencePools, rows: NDArray[np.int64]

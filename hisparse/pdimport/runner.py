@@ -116,6 +116,7 @@ class ImportRunner:
         self.prefiller = prefiller
         self.live: dict[int, _Import] = {}
         self.stats = ImportStats()
+        self.step_peak = 0
         self._landed: dict[int, list[int]] = {}
         self._done: list[int] = []
         self._failed: list[ImportFailure] = []
@@ -171,7 +172,9 @@ class ImportRunner:
     # -- progress ---------------------------------------------------------------------
 
     def advance(self) -> None:
-        """Bind, poll, copy and release for every import in flight; never blocks."""
+        """Bind, poll, copy and release for every import in flight; never blocks.
+        ``step_peak``: the most staging slots in use during this call."""
+        self.step_peak = self.transport.pool.in_use
         for iid in list(self.live):
             imp = self.live[iid]
             if imp.handle.error is None:
@@ -179,7 +182,6 @@ class ImportRunner:
             self.transport.poll(imp.handle)
             self._land(imp)
             self._end_if_ended(iid, imp)
-        self.stats.staging_peak = max(self.stats.staging_peak, self.transport.pool.in_use)
 
     def drain(self, max_polls: int = 1_000_000) -> None:
         """Advance until no import is in flight (tests and the end of a run); bounded:
@@ -246,6 +248,9 @@ class ImportRunner:
                     self.stats.staging_waits += 1
                     return
                 holding += 1
+                in_use = self.transport.pool.in_use
+                self.step_peak = max(self.step_peak, in_use)
+                self.stats.staging_peak = max(self.stats.staging_peak, in_use)
             try:
                 self.transport.bind(h, i, dests)
             except AnnouncementRefused as exc:  # NIXL refused the descriptors

@@ -161,9 +161,9 @@ class PdSide:
         return runner
 
     def sample(self) -> None:
-        """Once per step: rank 0's staging occupancy."""
+        """Once per step, after ``advance``: the most slots rank 0 held during it."""
         if self.runners:
-            self.figures.staging_in_use.append(self.runners[0].transport.pool.in_use)
+            self.figures.staging_in_use.append(self.runners[0].step_peak)
 
     @property
     def idle(self) -> bool:
