@@ -415,3 +415,52 @@ def test_a_bad_import_command_is_refused_by_the_worker_and_changes_nothing() -> 
     good = command(0, "a", "device", 2 * BLOCK, [1, 2], [None, None])
     with pytest.raises(WorkerError, match="without an import runner"):
         plain.apply(trusted_metadata((), (), imports=(good,)))
+
+
+class GatedLoopback(LoopbackTransport):
+    """Loopback whose READs stay in flight until ``open`` (their bytes land then)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.open = False
+
+    def _post(self, handle: Any, chunk: int) -> bool:
+        return False
+
+    def _check(self, handle: Any, chunk: int) -> bool:
+        return self.open and bool(super()._post(handle, chunk))
+
+
+@pytest.mark.parametrize("how", ["abort", "worker loss"])
+def test_nothing_is_released_while_a_read_is_in_flight(how: str) -> None:
+    """An abort (or a worker loss) with READs posted: the slots and blocks they write stay
+    held, and nothing is reported, until those READs end."""
+    executor = ReferenceExecutor()
+    pools = [executor.allocate(LAYOUT) for _ in range(LAYERS)]
+    staging = StagingPool(4 * PAGE, 4, PAGE)
+    peer = LoopbackPrefiller("p", np.zeros((8, PAGE), np.uint8))
+    peer.put("a", np.full((3, PAGE), 7, np.uint8))
+    tr = GatedLoopback(staging, 1, 2)
+    tr.connect(peer)
+    runner = ImportRunner(tr, executor, pools, LAYOUT, peer, "p")
+    runner.start(command(0, "a", "host", 3 * BLOCK, [None] * 3, [0, 1, 2]))
+    for _ in range(3):
+        runner.advance()
+    assert staging.in_use == 2 and runner.live[0].handle.in_flight == 2
+    if how == "abort":
+        runner.abort(0)
+        for _ in range(3):
+            runner.advance()
+        assert staging.in_use == 2 and 0 in runner.live  # still being written
+        assert runner.take_acks() == ((), (), ())
+        tr.open = True
+        runner.advance()
+        _, done, failed = runner.take_acks()
+        assert not done and failed[0].detail == "aborted"
+    else:
+        tr.open = True  # restart waits for the READs in flight (bounded) before releasing
+        assert runner.restart() == (0,)
+        assert runner.take_acks() == ((), (), ())
+    assert runner.idle and staging.in_use == 0 and not tr.live
+    assert not (pools[0].host != 0).any()  # the aborted chunks were never copied on
+    tr.close()

@@ -278,8 +278,11 @@ class ImportRunner:
 
     def _land(self, imp: _Import) -> None:
         """Chunks that landed: copy staged pages to their host blocks (and mirrors),
-        release their slots, report their pages."""
+        release their slots, report their pages. A failed import copies nothing on: its
+        slots go back once its READs in flight end (``_release``)."""
         h, cmd = imp.handle, imp.cmd
+        if h.error is not None:
+            return
         for i, state in enumerate(h.states):
             if state is not ChunkState.DONE or i in imp.copied:
                 continue
