@@ -324,16 +324,18 @@ class ImportRunner:
 
     def _end_if_ended(self, iid: int, imp: _Import) -> None:
         h = imp.handle
-        if h.done and len(imp.copied) == len(h.chunks) and imp.failure is None:
+        landed = h.done and len(imp.copied) == len(h.chunks)
+        if landed and imp.failure is None:
             self.transport.finish(h)
             del self.live[iid]
             self._done.append(iid)
             self.stats.done += 1
-        elif h.error is not None and h.ended:
+        elif landed or (h.error is not None and h.ended):  # failed, or aborted too late
             self._release(imp)
             self.transport.finish(h)
             del self.live[iid]
-            reason, detail = imp.failure or (h.error.reason, str(h.error))
+            reason, detail = imp.failure or (
+                (h.error.reason, str(h.error)) if h.error is not None else ("transport", ""))
             self._landed.pop(iid, None)  # a failed import's progress is moot
             self._fail_now(iid, reason, detail)
 
