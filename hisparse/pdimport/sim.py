@@ -134,6 +134,10 @@ class PdSide:
         self.figures.failed += 1
         self._drop(request_id)
 
+    def forget(self, request_id: str) -> None:
+        """The request ended before its import began (never admitted)."""
+        self._drop(request_id)
+
     def _drop(self, request_id: str) -> None:
         if request_id in self.held:
             self.held.discard(request_id)
