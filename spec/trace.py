@@ -36,6 +36,7 @@ from hisparse.spec.tracetypes import (
     MAX_INT,
     MAX_RANKS,
     BlockId,
+    Chunk,
     Data,
     Frozen,
     HostState,
@@ -172,6 +173,23 @@ class SpillRecord(Frozen):
     need: list[Rank]
 
 
+class ImpRecord(Frozen):
+    """A request's P/D import (``imp[r]``): its landing target and phase."""
+
+    target: Literal["none", "device", "host"]
+    phase: Literal["none", "announced", "landing", "landed", "failed"]
+
+
+class PgRecord(Frozen):
+    """A page's P/D import (``pg[p]``): its host block (null: NoLoc), the chunks at its
+    destination and in its staging slot, whether it holds one."""
+
+    host: BlockId | None
+    landed: list[Chunk]
+    staged: list[Chunk]
+    slot: bool
+
+
 class TransferRecord(Frozen):
     """A command in ``down``."""
 
@@ -217,6 +235,8 @@ class TracePost(Frozen):
     wDone: dict[Rank, list[BlockId]] | None = None
     gpuData: dict[BlockId, Data] | None = None
     hostData: dict[Rank, dict[BlockId, Data]] | None = None
+    imp: dict[Name, ImpRecord] | None = None
+    pg: list[tuple[Page, PgRecord]] | None = None
 
     def reported(self) -> list[str]:
         """Names of the variables this post-state reports, in spec order."""

@@ -1076,7 +1076,7 @@ StagingBounded == Cardinality(Slots) <= StagingSlots
 \* before its import completes.
 ImportPublishedComplete ==
     /\ \A r \in {x \in Imports : imp[x].phase = "landed"
-                                \/ req[x] = "running" /\ imp[x].target # "none"} :
+                                \/ (req[x] = "running" /\ imp[x].target # "none")} :
           \A p \in PagesOf(r) : pg[p].landed = Chunks
     /\ \A p \in Pages : pg[p].host # NoLoc => hostState[pg[p].host[2]] = "leased"
 
@@ -1084,7 +1084,7 @@ ImportPublishedComplete ==
 \* import is reported done, before the request can decode (LivePagesReadable then
 \* keeps it readable).
 MirrorBeforeRead ==
-    \A r \in {x \in Imports : /\ imp[x].target = "host" /\ imp[x].phase = "landed"
+    \A r \in {x \in Imports : imp[x].target = "host" /\ imp[x].phase = "landed"
                              /\ req[x] = "importing"} :
         LET p == PageAt(r, Len(PageKeys[r])) IN gpuData[GpuOf(p)] = KeyOf(p)
 
