@@ -121,11 +121,19 @@ class ProtocolMachine:
         self._host_capacity = config.host_capacity  # (a property of a frozen config)
         # every request ever declared, only while recording: a trace's header names them all
         self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
+        self.declared_imports: set[RequestId] | None = set() if record else None
 
     # -- constants --------------------------------------------------------
 
     def add_request(self, r: RequestId, keys: Sequence[Key]) -> None:
         """Declare a request and the keys of its pages (a constant of the spec)."""
+        imported = self.declared_imports
+        if imported is not None and r in imported:
+            raise ActionNotEnabled("add_request", f"request id {r!r} was an import while "
+                                                  "recording a trace: add_import")
+        self._declare(r, keys)
+
+    def _declare(self, r: RequestId, keys: Sequence[Key]) -> None:
         s = self.state
         if not r or r in SENTINELS:
             raise ActionNotEnabled("add_request", f"request id {r!r} is empty or reserved")
@@ -816,8 +824,14 @@ class ProtocolMachine:
         """Declare r as a request that arrives with prefill KV (the spec's Imports)."""
         if self.state.config.ranks != 1:
             raise ActionNotEnabled("add_import", "imports are modelled on one rank")
-        self.add_request(r, keys)
+        declared = self.declared
+        if declared is not None and r in declared and r not in (self.declared_imports or ()):
+            raise ActionNotEnabled("add_import", f"request id {r!r} was an ordinary request "
+                                                 "while recording a trace")
+        self._declare(r, keys)
         self.state.imports.add(r)
+        if self.declared_imports is not None:
+            self.declared_imports.add(r)
 
     def _all_chunks(self) -> frozenset[int]:
         return frozenset(range(1, self.state.config.chunks + 1))

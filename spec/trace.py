@@ -25,6 +25,8 @@ from hisparse.spec.catalogue import (
     ARG_MODELS,
     CATALOGUE,
     HostBlockArgs,
+    PageArgs,
+    PageChunkArgs,
     RankArgs,
     RankHostBlockArgs,
     RequestArgs,
@@ -111,11 +113,20 @@ class TraceHeader(Frozen):
     backing: Literal["private", "shared"] = "private"
     writer: Rank = 0
     bug: Name = "none"
+    # P/D import (docs/pd-import.md): the requests that arrive with prefill KV (the
+    # spec's Imports), chunks of a page, staging slots
+    imports: list[Name] = Field(default_factory=list)
+    chunks: int = Field(default=1, ge=1, le=MAX_INT)
+    staging_slots: int = Field(default=1, ge=1, le=MAX_INT)
 
     @model_validator(mode="after")
     def _no_sentinels(self) -> TraceHeader:
         if self.writer >= self.ranks:
             raise ValueError(f"writer {self.writer} is not a rank of 0..{self.ranks - 1}")
+        if not set(self.imports) <= set(self.requests):
+            raise ValueError("imports names a request the header does not declare")
+        if self.imports and self.ranks != 1:
+            raise ValueError("imports are modelled on one rank")
         for r, keys in self.requests.items():
             for name in (r, *keys):
                 if name in SENTINELS:
@@ -143,6 +154,9 @@ class TraceHeader(Frozen):
             self.backing,
             self.writer,
             self.bug,
+            tuple(sorted(self.imports)),
+            self.chunks,
+            self.staging_slots,
         )
 
     def copiers(self) -> list[int]:
@@ -302,8 +316,10 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
     a, p = s.args, s.post
     if isinstance(a, RequestArgs) and a.request not in dom.requests:
         return f"unknown request {a.request!r}"
-    if isinstance(a, SpillArgs) and tuple(a.page) not in pages:
+    if isinstance(a, SpillArgs | PageArgs | PageChunkArgs) and tuple(a.page) not in pages:
         return f"unknown page {list(a.page)}"
+    if isinstance(a, PageChunkArgs) and a.chunk > h.chunks:
+        return f"chunk {a.chunk} out of range"
     if isinstance(a, SpillArgs | HostBlockArgs | RankHostBlockArgs) and a.host_block not in host:
         return f"host block {a.host_block} out of range"
     if isinstance(a, TransferArgs) and (a.src not in gpu or a.dst not in host):

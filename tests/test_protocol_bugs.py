@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 
 from hisparse.bugs import PROTOCOL_BUGS as BUGS
-from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import ActionNotEnabled, InvariantViolation
 from hisparse.spec.invariants import INVARIANTS, PROPERTIES
 from hisparse.spec.machine import ProtocolMachine
@@ -299,12 +298,9 @@ def _loss_path_ignores_gaps(bug: str) -> ProtocolMachine:
 def _pd(bug: str, gpu_blocks: int = 3) -> ProtocolMachine:
     """P/D import (model pd): r1 imports two pages of two chunks each, one staging slot;
     r2 is an ordinary one-page request."""
-    m = ProtocolMachine.create(ProtocolConfig(
-        gpu_blocks=gpu_blocks, host_pool_bytes=9, host_block_bytes=2, chunks=2,
-        staging_slots=1, bug=bug))
-    m.add_import("r1", ("k1", "k2"))
-    m.add_request("r2", ("k3",))
-    return m
+    return make_machine(bug, gpu_blocks=gpu_blocks, host_pool_bytes=9, chunks=2,
+                        staging_slots=1, imports={"r1": ("k1", "k2")},
+                        universe={"r2": ("k3",)})
 
 
 def _host_import(bug: str) -> ProtocolMachine:

@@ -296,4 +296,7 @@ def constants(h: TraceHeader, ids: Ids) -> list[tuple[str, str]]:
         ("TrWriter", rank(h.writer)),
         ("TrBacking", string(h.backing)),
         ("TrBug", string(h.bug)),
+        ("TrImports", tla_set(request(r, ids) for r in sorted(h.imports))),
+        ("TrChunks", f"1..{h.chunks}"),
+        ("TrStagingSlots", str(h.staging_slots)),
     ]
