@@ -106,11 +106,14 @@ class PdSide:
             self.prefiller = LoopbackPrefiller(PREFILLER, empty)
 
     def draw(self, pages: int) -> int | None:
-        """Whether the next arrival brings prefill KV: its token count (the final block
-        usually not full), or None. Draws from the P/D generator only."""
+        """Whether the next arrival brings prefill KV: its token count (half the time
+        ending inside its final block), or None. Draws from the P/D generator only."""
         if self._rng.random() >= self.o.share:
             return None
-        return pages * self.block - self._rng.randrange(self.block)
+        if self._rng.random() < 0.5:  # a prompt that fills its final block
+            return pages * self.block
+        return pages * self.block - self._rng.randrange(1, self.block) if self.block > 1 \
+            else pages
 
     def hold(self, request_id: str, key_ids: NDArray[np.int64], num_tokens: int) -> None:
         """The prefiller computes (here: derives) the request's KV and holds it."""
