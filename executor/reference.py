@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hisparse.executor.base import NO_ENTRY, ResolveBatch, ResolveResult, SpillCopy
-from hisparse.executor.errors import BadPlan
+from hisparse.executor.errors import BadPlan, PendingHostWrite
 from hisparse.executor.layout import PoolLayout
 from hisparse.executor.resolver import decide, reset_hot_slot
 from hisparse.executor.stream import QueuedCopy, SpillStream
@@ -137,6 +137,28 @@ class ReferenceExecutor:
         if rows.size and (rows.min() < 0 or rows.max() >= pools.layout.device_rows):
             raise BadPlan(f"device rows outside 0..{pools.layout.device_rows - 1}")
         pools.device[rows] = data
+
+    def import_memory(self, pools: ReferencePools) -> NDArray[np.uint8]:
+        """The resident region of the device pool (a view): direct import landing."""
+        region: NDArray[np.uint8] = pools.device[: pools.layout.resident_rows]
+        return region
+
+    def write_host_block(
+        self, pools: ReferencePools, host_block: int, data: NDArray[np.uint8]
+    ) -> None:
+        """A staged page into host block ``host_block``; refused while a spill copy is
+        queued into it (``PendingHostWrite``), out of range as ``BadPlan``."""
+        layout = pools.layout
+        if not 0 <= host_block < layout.host_blocks:
+            raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
+        if data.shape != (layout.block_tokens, layout.row_bytes):
+            raise BadPlan(f"a host block is {layout.block_tokens} rows of "
+                          f"{layout.row_bytes} bytes, got {data.shape}")
+        tid = self._stream.pending_into(pools.host, host_block)
+        if tid is not None:  # a spill copy still lands there
+            raise PendingHostWrite(host_block, tid)
+        start = layout.host_row(host_block, 0)
+        pools.host[start : start + layout.block_tokens] = data
 
     def read_device_rows(
         self, pools: ReferencePools, rows: NDArray[np.int64]

@@ -396,6 +396,15 @@ def _register_simulate(sub: SubParsers) -> None:
                    help="blocks in the OffloadingConnector's host store")
     x.add_argument("--indexer-gpu-blocks", type=positive_int, default=None,
                    help="GPU blocks of the indexer group (default: --gpu-blocks)")
+    i = p.add_argument_group("P/D import")
+    i.add_argument("--pd-share", type=probability, default=d.pd_share, metavar="F",
+                   help="share of requests that arrive with prefill KV from a prefiller "
+                   "(landing in GPU pages or the host tier, chosen once) (default: 0, none)")
+    i.add_argument("--transport", choices=("loopback", "nixl"), default=d.transport,
+                   help="how imported KV moves: in this process (loopback), or from a "
+                   "prefiller process over NIXL")
+    i.add_argument("--staging-slots", type=positive_int, default=d.staging_slots,
+                   help="pages the worker's staging pool holds (host-target imports)")
     r = p.add_argument_group("run and output")
     r.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="reference (NumPy, runs anywhere), cuda (CuPy, NVIDIA GPU) or "
@@ -473,6 +482,7 @@ def _simulate_options(args: argparse.Namespace) -> Any:
         worker_processes=args.worker_processes or args.tp > 1,
         indexer_offload=args.indexer_offload, offload_blocks=args.offload_blocks,
         indexer_gpu_blocks=args.indexer_gpu_blocks,
+        pd_share=args.pd_share, transport=args.transport, staging_slots=args.staging_slots,
     )
 
 
@@ -495,6 +505,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         from hisparse.sizing.cli import run_model_simulate
 
         d = SimulateOptions()
+        if (args.pd_share or args.transport != d.transport
+                or args.staging_slots != d.staging_slots):
+            return _err("--model replays the trace's prompts as prefilled here: drop "
+                        "--pd-share, --transport and --staging-slots")
         return run_model_simulate(args, {
             "gpu_blocks": None, "host_blocks": None, "block_tokens": d.block_tokens,
             "row_bytes": d.row_bytes, "top_k": d.top_k, "layers": d.layers})

@@ -170,7 +170,18 @@ def canon_tlc(s: dict[str, Any]) -> Canon:
         "wDone": tuple(hosts(x) for x in _by_rank(s["wDone"])),
         "gpuData": _by_index(s["gpuData"], str),
         "hostData": tuple(_by_index(d, str) for d in _by_rank(s["hostData"])),
+        # the P/D import's entries that are not NoImp / NoPg
+        "imp": {str(r): (x["target"], x["phase"]) for r, x in s["imp"].items()
+                if (x["target"], x["phase"]) != ("none", "none")},
+        "pg": {(str(p[0]), p[1]): pg for p, y in s["pg"].items()
+               if (pg := _pg_tlc(y)) != (None, frozenset(), frozenset(), False)},
     }
+
+
+def _pg_tlc(y: Any) -> tuple[Any, ...]:
+    host = y["host"]
+    return (None if host[0] == "nowhere" else _index(host[1]), frozenset(y["landed"]),
+            frozenset(y["staged"]), bool(y["slot"]))
 
 
 def canon_python(m: ProtocolMachine) -> Canon:
@@ -215,6 +226,11 @@ def canon_python(m: ProtocolMachine) -> Canon:
         "wDone": tuple(frozenset(x) for x in _by_rank(j["wDone"])),
         "gpuData": tuple(j["gpuData"]),
         "hostData": tuple(tuple(d) for d in _by_rank(j["hostData"])),
+        "imp": {r: (x["target"], x["phase"]) for r, x in j["imp"].items()
+                if (x["target"], x["phase"]) != ("none", "none")},
+        "pg": {page(p): pg for p, y in j["pg"]
+               if (pg := (y["host"], frozenset(y["landed"]), frozenset(y["staged"]),
+                          y["slot"])) != (None, frozenset(), frozenset(), False)},
     }
 
 

@@ -91,7 +91,8 @@ class HiSparseConnector:
         return self._coordinator
 
     def build_connector_meta(self) -> HiSparseConnectorMetadata | None:
-        """This step's transfers and replacements; None when there are none (no empty table).
+        """This step's transfers, replacements, import commands and import aborts; None
+        when there are none (no empty table).
 
         With tensor parallelism the same metadata goes to every rank: every rank copies
         (private pools) or orders its reads after the writer's copy (a shared pool)."""
@@ -99,10 +100,14 @@ class HiSparseConnector:
         if c is None:
             raise RuntimeError(_NOT_SCHEDULER)
         transfers, replacements = c.take_commands()
-        if not transfers and not replacements and not c.awaiting_acks():
+        imports, aborts = c.take_imports()  # P/D import commands (docs/pd-import.md)
+        if (
+            not transfers and not replacements and not imports and not aborts
+            and not c.awaiting_acks()
+        ):
             return None  # (while a transfer is open one goes every step: a loss shows)
         seq, since, epoch = c.stamp_metadata()
-        return trusted_metadata(transfers, replacements, seq, since, epoch)
+        return trusted_metadata(transfers, replacements, seq, since, epoch, imports, aborts)
 
     def update_connector_output(self, worker_meta: HiSparseWorkerMeta | bytes | None) -> None:
         """Consume one rank's acks (enqueued releases sources, completed publishes).

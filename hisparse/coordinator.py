@@ -36,15 +36,16 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from itertools import islice
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from hisparse.blockpool import KVCacheManager
 from hisparse.channel import Receiver
 from hisparse.config import HiSparseConfig
-from hisparse.msgshape import worker_meta_ids, worker_meta_numbers
+from hisparse.msgshape import worker_meta_ids, worker_meta_imports, worker_meta_numbers
 from hisparse.spec.errors import (
     ActionNotEnabled,
     ProtocolError,
+    UnknownImport,
     UnknownRank,
     UnknownTransfer,
 )
@@ -52,12 +53,16 @@ from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import (
     BlockTableReplacement,
     HiSparseWorkerMeta,
+    ImportCommand,
+    ImportFailure,
+    ImportLanded,
+    PageImport,
     SparseKVPageTransfer,
     trusted_replacement,
     trusted_transfer,
 )
 from hisparse.spec.native import mypyc_attr
-from hisparse.spec.state import Key, Loc, Page, ProtocolState, RequestId, Spill
+from hisparse.spec.state import LIVE_IMPORT, Key, Loc, Page, ProtocolState, RequestId, Spill
 
 
 class RequestNeverFits(ProtocolError):
@@ -68,6 +73,20 @@ class RequestNeverFits(ProtocolError):
         super().__init__(
             f"request {request_id!r} needs {need} GPU blocks beyond its prefix hits; the "
             f"pool holds {pool}: split or truncate it, or raise the GPU pool"
+        )
+        self.request_id = request_id
+        self.need = need
+        self.pool = pool
+
+
+class ImportNeverFits(ProtocolError):
+    """``admit_import`` refuses a host-target import that needs more host blocks than the
+    whole host pool holds."""
+
+    def __init__(self, request_id: RequestId, need: int, pool: int) -> None:
+        super().__init__(
+            f"imported request {request_id!r} needs {need} host blocks; the host pool holds "
+            f"{pool}: raise host_pool_gib"
         )
         self.request_id = request_id
         self.need = need
@@ -129,6 +148,19 @@ class HiSparseCoordinator:
         self._down_since = [0] * self.ranks
         self._down_epoch = [0] * self.ranks
         self._up_rx = [Receiver("worker meta", w) for w in range(self.ranks)]
+        # P/D import (docs/pd-import.md): per import ID its request; per importing
+        # request its ID, token count and block size, and the pages the worker reported
+        # landed; the commands and aborts not yet handed to the connector
+        self._next_import = 0
+        self._import_req: dict[int, RequestId] = {}
+        self._import_of: dict[RequestId, int] = {}
+        self._import_size: dict[RequestId, tuple[int, int]] = {}
+        self._landed: dict[int, set[int]] = {}
+        self._imports_unsent: list[ImportCommand] = []
+        self._aborts_unsent: list[int] = []
+        self._import_sent: set[int] = set()
+        self.imports_completed = {"device": 0, "host": 0}
+        self.imports_failed = 0
 
     # -- requests -----------------------------------------------------------
 
@@ -213,9 +245,12 @@ class HiSparseCoordinator:
                         hosts.append(w[1])
                     else:
                         gpu.append(p)
+        importing = s.req.get(r) == "importing"
         freed = m.Abort(r) if abort else m.Finish(r)
         if freed:
             self.kv.free(freed)
+        if importing:
+            self._abort_import(r)
         resident = self._resident
         for p in gpu:
             resident.pop(p, None)
@@ -305,6 +340,229 @@ class HiSparseCoordinator:
             started += 1
         return started
 
+
+    # -- P/D import (docs/pd-import.md) ---------------------------------------------
+
+    def add_import(
+        self, request_id: RequestId, page_keys: Sequence[Key], num_tokens: int,
+        block_size: int,
+    ) -> None:
+        """A request arrives with prefill KV from a prefill engine (ImportArrive):
+        ``page_keys`` are its pages' prefix keys, ``num_tokens`` need not fill the last."""
+        n = -(-num_tokens // block_size) if num_tokens > 0 and block_size > 0 else -1
+        if n != len(page_keys):
+            raise ValueError(f"{num_tokens} tokens in blocks of {block_size} are not "
+                             f"{len(page_keys)} pages")
+        m = self.machine
+        m.add_import(request_id, page_keys)
+        try:
+            m.ImportArrive(request_id)
+        except ProtocolError:  # (unreachable after add_import: a fresh declaration)
+            m.Abort(request_id)
+            m.Retire(request_id)
+            raise
+        self._import_size[request_id] = (num_tokens, block_size)
+
+    def admit_import(self, request_id: RequestId) -> str | None:
+        """Admission of an imported request: the landing target is chosen once, from
+        the admission calculation (ChooseTarget), then its destinations are leased when
+        they fit (AdmitImport) and the ImportCommand is queued; None (and nothing
+        changes but the first call's choice) when they do not fit yet: retry later,
+        with the same target. Returns the target."""
+        m, s = self.machine, self.machine.state
+        x = s.imp_of(request_id)
+        if x.target == "none":
+            if s.req.get(request_id) != "new" or x.phase != "announced":
+                raise ActionNotEnabled("ChooseTarget", f"request {request_id!r} is not an "
+                                                       "announced import")
+            m.ChooseTarget(request_id, self.kv.num_free)
+            x = s.imp_of(request_id)
+        keys = s.page_keys[request_id]
+        n = len(keys)
+        need_gpu = n if x.target == "device" else 1
+        if need_gpu > self.gpu_blocks:
+            raise RequestNeverFits(request_id, need_gpu, self.gpu_blocks)
+        hosts: list[int] = []
+        if x.target == "host":
+            if n > self._host_capacity:
+                raise ImportNeverFits(request_id, n, self._host_capacity)
+            while s.host_used + n > self._host_capacity and self._evict_lru():
+                pass
+            if s.host_used + n > self._host_capacity:
+                return None
+            hosts = heapq.nsmallest(n, self._host_free)
+        blocks = self.kv.allocate(need_gpu)
+        if blocks is None:
+            return None
+        try:
+            chosen = m.AdmitImport(request_id, blocks=blocks, hosts=hosts or None)
+        except ProtocolError:
+            self.kv.free(blocks)
+            raise
+        target: Literal["device", "host"] = "device" if chosen == "device" else "host"
+        for h in hosts:
+            self._host_free.remove(h)
+        if hosts:
+            heapq.heapify(self._host_free)
+        iid = self._next_import
+        self._next_import = iid + 1
+        self._import_req[iid] = request_id
+        self._import_of[request_id] = iid
+        self._landed[iid] = set()
+        num_tokens, block_size = self._import_size[request_id]
+        mirror = {n: blocks[0]} if target == "host" else {}
+        pages = tuple(
+            PageImport(
+                page_index=i, key=keys[i - 1],
+                host_block=hosts[i - 1] if hosts else None,
+                gpu_block=blocks[i - 1] if target == "device" else mirror.get(i),
+                valid_rows=min(block_size, num_tokens - (i - 1) * block_size),
+            )
+            for i in range(1, n + 1)
+        )
+        self._imports_unsent.append(ImportCommand(
+            import_id=iid, request_id=request_id, target=target, num_tokens=num_tokens,
+            block_size=block_size, pages=pages))
+        return target
+
+    def take_imports(self) -> tuple[tuple[ImportCommand, ...], tuple[int, ...]]:
+        """The import commands and import aborts since the last call (for the metadata)."""
+        cmds, self._imports_unsent = self._imports_unsent, []
+        aborts, self._aborts_unsent = self._aborts_unsent, []
+        for c in cmds:
+            self._import_sent.add(c.import_id)
+        return tuple(cmds), tuple(aborts)
+
+    def _abort_import(self, r: RequestId) -> None:
+        """An importing request was aborted: a command still unsent is withdrawn and the
+        import fails here (the worker never saw it); else the abort goes down and the
+        worker's failed ack returns everything."""
+        iid = self._import_of.get(r)
+        if iid is None:
+            return
+        unsent = [c for c in self._imports_unsent if c.import_id == iid]
+        if unsent:
+            self._imports_unsent.remove(unsent[0])
+            self.machine.ImportError(r)
+            self._fail_import(iid)
+        else:
+            self._aborts_unsent.append(iid)
+
+    def _check_import_acks(
+        self, landed: tuple[ImportLanded, ...], done: tuple[int, ...],
+        failed: tuple[ImportFailure, ...],
+    ) -> None:
+        """Refuse (UnknownImport, nothing changes) acks of imports not handed over, pages
+        outside them or landed twice, done before every page landed. O(the acks)."""
+        s = self.machine.state
+        new: dict[int, set[int]] = {}
+        for a in landed:
+            iid = a.import_id
+            if iid not in self._import_sent:
+                raise UnknownImport(iid, "landed pages of an import never handed over")
+            n = len(s.page_keys[self._import_req[iid]])
+            seen = self._landed[iid]
+            for p in a.pages:
+                if not 1 <= p <= n:
+                    raise UnknownImport(iid, f"page {p} is not one of its {n} pages")
+                if p in seen:
+                    raise UnknownImport(iid, f"page {p} reported landed twice")
+            new[iid] = set(a.pages)
+        for iid in done:
+            if iid not in self._import_sent:
+                raise UnknownImport(iid, "done ack of an import never handed over")
+            n = len(s.page_keys[self._import_req[iid]])
+            if len(self._landed[iid]) + len(new.get(iid, ())) != n:
+                raise UnknownImport(iid, "done before every page landed")
+        for f in failed:
+            if f.import_id not in self._import_sent:
+                raise UnknownImport(f.import_id, "failed ack of an import never handed over")
+
+    def _land_page(self, r: RequestId, i: int) -> None:
+        """Replay the worker's steps for one landed page into the machine (one staging
+        slot at a time: the worker's pool is its own)."""
+        m, p = self.machine, (r, i)
+        if m.state.imp_of(r).target == "device":
+            m.LandChunk(p, 1)
+            return
+        m.LeaseStaging(p)
+        m.LandChunk(p, 1)
+        m.CopyToHost(p)
+        if i == len(m.state.page_keys[r]):
+            m.MirrorPage(p)
+        m.ReleaseStaging(p)
+
+    def _apply_import_acks(
+        self, landed: tuple[ImportLanded, ...], done: tuple[int, ...],
+        failed: tuple[ImportFailure, ...],
+    ) -> None:
+        s = self.machine.state
+        for a in landed:
+            r = self._import_req[a.import_id]
+            for i in sorted(a.pages):
+                self._landed[a.import_id].add(i)
+                if s.imp_of(r).phase == "landing":
+                    self._land_page(r, i)
+        for iid in done:
+            self._complete_import(iid)
+        for f in failed:
+            r = self._import_req[f.import_id]
+            if s.imp_of(r).phase == "landing":
+                self.machine.ImportError(r)
+            self._fail_import(f.import_id)
+
+    def _complete_import(self, iid: int) -> None:
+        m, s = self.machine, self.machine.state
+        r = self._import_req[iid]
+        m.ReportImport(r)
+        if s.req[r] == "aborted":  # its abort crossed the done ack: nothing is published
+            self._fail_import(iid)
+            return
+        target = s.imp_of(r).target
+        published = m.CompleteImport(r)
+        self._forget_import(iid)
+        for h in published:  # a mirrored page's host copy: published, unreferenced
+            self._release_host(h)
+        for i in range(1, len(s.page_keys[r]) + 1):
+            where = s.loc[(r, i)]
+            if where is not None and where[0] == "gpu":
+                self._resident[(r, i)] = None
+        self._running[r] = None
+        self.imports_completed[target] = self.imports_completed.get(target, 0) + 1
+
+    def _fail_import(self, iid: int) -> None:
+        """FailImport: every GPU and host block of the import goes back; r ends aborted."""
+        r = self._import_req[iid]
+        gpus, hosts = self.machine.FailImport(r)
+        self.kv.free(gpus)
+        for h in hosts:
+            if self.machine.state.host_state[h] == "free":
+                heapq.heappush(self._host_free, h)
+        self._forget_import(iid)
+        self.imports_failed += 1
+        self._retire_one(r)
+
+    def _forget_import(self, iid: int) -> None:
+        r = self._import_req.pop(iid)
+        self._import_of.pop(r, None)
+        self._import_size.pop(r, None)
+        self._landed.pop(iid, None)
+        self._import_sent.discard(iid)
+        if iid in self._aborts_unsent:
+            self._aborts_unsent.remove(iid)
+
+    def _fail_lost_imports(self, failed: list[RequestId]) -> None:
+        """A worker loss failed these imports: FailImport returns their blocks."""
+        for r in failed:
+            iid = self._import_of.get(r)
+            if iid is not None:
+                self._imports_unsent = [c for c in self._imports_unsent if c.import_id != iid]
+                self._fail_import(iid)
+
+    def importing(self) -> int:
+        """Imports admitted and not yet ended (live work)."""
+        return sum(1 for x in self.machine.state.imp.values() if x.phase in LIVE_IMPORT)
+
     # -- the two metadata directions -------------------------------------------
 
     def take_commands(
@@ -374,7 +632,7 @@ class HiSparseCoordinator:
 
     def awaiting_acks(self) -> bool:
         """A transfer is open: a metadata goes every step, so a lost one shows."""
-        return bool(self.machine.state.open_spills)
+        return bool(self.machine.state.open_spills) or bool(self._import_req)
 
     @property
     def metas_ignored(self) -> int:
@@ -403,7 +661,13 @@ class HiSparseCoordinator:
         # exact ints: a model_construct'ed meta may hold anything where the IDs go (read
         # there, not here, where mypyc would check the declared tuple type first)
         enq, done = worker_meta_ids(meta)
+        i_landed, i_done, i_failed = worker_meta_imports(meta)
+        importing = bool(i_landed or i_done or i_failed)
+        if importing:
+            self._check_import_acks(i_landed, i_done, i_failed)  # raises, nothing changed
         if not enq and not done:
+            if importing:
+                self._apply_import_acks(i_landed, i_done, i_failed)
             if rx is not None and seq is not None:
                 rx.accept(seq)
             return
@@ -465,6 +729,8 @@ class HiSparseCoordinator:
                     heapq.heappush(self._host_free, h)
         for r in ended:
             self._retire_one(r)
+        if importing:
+            self._apply_import_acks(i_landed, i_done, i_failed)
         if rx is not None and seq is not None:
             rx.accept(seq)
 
@@ -503,6 +769,7 @@ class HiSparseCoordinator:
                 m.WorkerComplete(h, w)
         touched = {sp.page[0] for h in s.open_spills if (sp := s.spill[h]) is not None}
         out = m.WorkerLoss(w)
+        self._fail_lost_imports(out.imports_failed)
         for g in out.unpinned:
             self.kv.unpin(g)
         self.kv.free(out.returned)
@@ -545,4 +812,11 @@ class HiSparseCoordinator:
             "replacements": len(self._replacements),
             "resident": len(self._resident),
             "running": len(self._running),
+            "imp": len(s.imp),
+            "pg": len(s.pg),
+            "imp_gpu": len(s.imp_gpu),
+            "imports": len(s.imports),
+            "import_req": len(self._import_req),
+            "imports_unsent": len(self._imports_unsent),
+            "aborts_unsent": len(self._aborts_unsent),
         }

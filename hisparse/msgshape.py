@@ -13,10 +13,16 @@ from typing import TypeGuard
 
 from hisparse.spec.errors import BadSequence, MalformedMessage
 from hisparse.spec.messages import (
+    MAX_DETAIL_CHARS,
     BlockTableReplacement,
     HiSparseConnectorMetadata,
     HiSparseWorkerMeta,
+    ImportCommand,
+    ImportFailure,
+    ImportLanded,
+    PageImport,
     SparseKVPageTransfer,
+    import_command_problem,
 )
 
 _MISSING = object()
@@ -117,4 +123,98 @@ def connector_metadata_problem(meta: object) -> str | None:
             value = getattr(r, field, _MISSING)
             if type(value) is not int:
                 return f"replacement {field} is {_shown(value)}, not an int"
-    return _numbers_problem(meta)
+    return _numbers_problem(meta) or _imports_problem(meta)
+
+
+_TARGETS = ("device", "host")
+_REASONS = ("refused", "transport", "prefiller_lost", "staging", "worker_lost")
+
+
+def _int_fields(obj: object, what: str, names: tuple[str, ...], optional: bool) -> str | None:
+    for field in names:
+        value = getattr(obj, field, _MISSING)
+        if not (type(value) is int and value >= 0) and not (optional and value is None):
+            return f"{what} {field} is {_shown(value)}, not a non-negative int"
+    return None
+
+
+def _imports_problem(meta: HiSparseConnectorMetadata) -> str | None:
+    """Why a connector metadata's import commands or aborts are ill-shaped, or None.
+    O(the imports' pages)."""
+    imports = getattr(meta, "imports", _MISSING)
+    aborts = getattr(meta, "import_aborts", _MISSING)
+    if not _is_seq(imports):
+        return f"imports must be a tuple, got {_shown(imports)}"
+    if not (_is_seq(aborts) and all(type(i) is int and i >= 0 for i in aborts)):
+        return f"import_aborts is {_shown(aborts)}, not a tuple of non-negative ints"
+    iids: list[int] = []
+    for cmd in imports:
+        if not isinstance(cmd, ImportCommand):
+            return f"imports holds {_shown(cmd)}, not an ImportCommand"
+        why = _int_fields(cmd, "import", ("import_id", "num_tokens", "block_size"), False)
+        if why is not None:
+            return why
+        rid = getattr(cmd, "request_id", _MISSING)
+        if type(rid) is not str or not rid:
+            return f"import request_id is {_shown(rid)}, not a non-empty str"
+        if getattr(cmd, "target", _MISSING) not in _TARGETS:
+            return f"import target is {_shown(getattr(cmd, 'target', None))}, not device or host"
+        if cmd.num_tokens < 1 or cmd.block_size < 1:
+            return "import num_tokens and block_size must be positive"
+        pages = getattr(cmd, "pages", _MISSING)
+        if not _is_seq(pages) or not pages:
+            return f"import pages is {_shown(pages)}, not a non-empty tuple"
+        for pg in pages:
+            if not isinstance(pg, PageImport):
+                return f"import pages holds {_shown(pg)}, not a PageImport"
+            why = _int_fields(pg, "import page", ("page_index", "valid_rows"), False)
+            why = why or _int_fields(pg, "import page", ("host_block", "gpu_block"), True)
+            if why is not None:
+                return why
+            key = getattr(pg, "key", _MISSING)
+            if type(key) is not str or not key:
+                return f"import page key is {_shown(key)}, not a non-empty str"
+        why = import_command_problem(cmd)
+        if why is not None:
+            return why
+        iids.append(cmd.import_id)
+    if len(set(iids)) != len(iids) or len(set(aborts)) != len(aborts):
+        return "an import ID repeats in one connector metadata"
+    return None
+
+
+def worker_meta_imports(
+    meta: HiSparseWorkerMeta,
+) -> tuple[tuple[ImportLanded, ...], tuple[int, ...], tuple[ImportFailure, ...]]:
+    """A worker meta's (landed, done, failed) import acks, exactly shaped;
+    MalformedMessage otherwise. O(the acks). Interpreted, as ``worker_meta_ids``."""
+    landed = getattr(meta, "imports_landed", ())
+    failed = getattr(meta, "imports_failed", ())
+    done = id_tuple(getattr(meta, "imports_done", ()), "worker meta imports_done")
+    if not _is_seq(landed) or not _is_seq(failed):
+        raise MalformedMessage("worker meta imports_landed and imports_failed must be tuples")
+    good_landed: list[ImportLanded] = []
+    good_failed: list[ImportFailure] = []
+    for a in landed:
+        if not isinstance(a, ImportLanded) or type(getattr(a, "import_id", None)) is not int:
+            raise MalformedMessage(f"imports_landed holds {_shown(a)}, not an ImportLanded")
+        good_landed.append(a)
+        pages = id_tuple(getattr(a, "pages", None), "imports_landed pages")
+        if not pages or any(p < 1 for p in pages) or len(set(pages)) != len(pages):
+            raise MalformedMessage(f"imports_landed pages {_shown(pages)} are not distinct >= 1")
+    for f in failed:
+        if not isinstance(f, ImportFailure) or type(getattr(f, "import_id", None)) is not int:
+            raise MalformedMessage(f"imports_failed holds {_shown(f)}, not an ImportFailure")
+        good_failed.append(f)
+        if getattr(f, "reason", None) not in _REASONS:
+            raise MalformedMessage(f"import failure reason {_shown(getattr(f, 'reason', None))}")
+        detail = getattr(f, "detail", None)
+        if type(detail) is not str or len(detail) > MAX_DETAIL_CHARS:
+            raise MalformedMessage(f"import failure detail {_shown(detail)}")
+    ids = [a.import_id for a in good_landed]
+    fids = [f.import_id for f in good_failed]
+    named = (("imports_landed", ids), ("imports_done", list(done)), ("imports_failed", fids))
+    for name, xs in named:
+        if len(set(xs)) != len(xs) or any(x < 0 for x in xs):
+            raise MalformedMessage(f"worker meta {name} repeats or has a negative import ID")
+    return tuple(good_landed), done, tuple(good_failed)

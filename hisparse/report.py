@@ -128,10 +128,26 @@ def result_lines(doc: Doc) -> list[str]:
             f"({doc.get('metas_lost', 0):,} with that step's connector metadata lost; "
             f"{doc.get('open_at_loss', 0):,} transfers open when lost)"
         )
+    if doc.get("imports"):
+        out.append(import_line(doc["imports"]))
     if doc.get("trace_steps") is not None:
         out.append(f"trace        {doc['trace_steps']:,} protocol steps recorded")
     out += [f"note: {n}" for n in doc["notes"]]
     return out
+
+
+def import_line(m: Doc) -> str:
+    """The P/D imports of a ``--pd-share`` run: by target, failures, staging."""
+    why = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in m["failed_by_reason"].items())
+    return (
+        f"imports      {m['arrived']:,} arrived with prefill KV "
+        f"({m['unaligned_final_block']:,} ending inside their final block): device "
+        f"{m['device']:,}, host {m['host']:,}, failed {m['failed']:,}"
+        + (f" ({why})" if why else "")
+        + f"; staged {_bytes(m['staged_bytes'])}, direct {_bytes(m['direct_bytes'])}; "
+        f"staging peak {m['staging_peak']:,} of {m['staging_slots']:,} slots, mean "
+        f"occupancy {_pct(m['staging_occupancy_mean'])}"
+    )
 
 
 def check_plot_available() -> None:

@@ -23,10 +23,11 @@ from numpy.typing import NDArray
 from hisparse.blockpool import BlockPool
 from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
-from hisparse.coordinator import Admission, HiSparseCoordinator
+from hisparse.coordinator import Admission, HiSparseCoordinator, ImportNeverFits, RequestNeverFits
 from hisparse.executor.base import Executor
 from hisparse.executors import make_executor
 from hisparse.msgfaults import MessageFaults
+from hisparse.pdimport.sim import PdOptions, PdSide
 from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
 from hisparse.spec.errors import InvariantViolation, MessageGap
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
@@ -95,6 +96,12 @@ class SimulateOptions:
     indexer_offload: bool = False
     indexer_gpu_blocks: int | None = None
     offload_blocks: int = 48
+    # P/D import (hisparse/pdimport/sim.py): the share of requests that arrive with
+    # prefill KV (0: none, the run is as without it), how it moves, each worker's
+    # staging slots
+    pd_share: float = 0.0
+    transport: str = "loopback"
+    staging_slots: int = 4
 
     @property
     def host_block_bytes(self) -> int:
@@ -166,6 +173,7 @@ class SimulateReport:
     message_faults: dict[str, int] = field(default_factory=dict)
     trace_steps: int | None = None  # only with --trace
     indexer: dict[str, Any] = field(default_factory=dict)  # only with --indexer-offload
+    imports: dict[str, Any] = field(default_factory=dict)  # only with --pd-share
     sizes: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in SERIES})
     notes: list[str] = field(default_factory=list)
@@ -237,8 +245,12 @@ class Simulation:
         self.sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
         self.shared: SharedHostPool | None = None
         self.ports: list[WorkerPort] = []
+        self.pd: PdSide | None = None
+        self.importing: dict[str, int] = {}  # imported request -> decode steps once running
         try:
             self._start_workers()
+            if opts.pd_share > 0:
+                self._start_pd()
         except BaseException:
             self.close()
             raise
@@ -304,8 +316,22 @@ class Simulation:
                                    slots=o.concurrency)
             self.ports.append(port)
 
+    def _start_pd(self) -> None:
+        """The prefiller and every worker's import runner (``--pd-share``)."""
+        o = self.o
+        if o.executor != "reference" or o.worker_processes or o.tp > 1 or o.indexer_offload:
+            raise ValueError("--pd-share runs on the reference executor, one worker in this "
+                             "process, without --indexer-offload")
+        capacity = sum(len(a.page_keys) for a in self.arrivals) + o.max_pages * o.concurrency
+        self.pd = PdSide(PdOptions(o.pd_share, o.transport, o.staging_slots), o.seed,
+                         o.layers, o.block_tokens, o.row_bytes, capacity)
+        for port in self.ports:
+            self.pd.attach(self.local(port.rank).worker, port.rank)
+
     def close(self) -> None:
         """Stop the worker processes (if any) and free the shared pool; idempotent."""
+        if self.pd is not None:
+            self.pd.close()
         for port in self.ports:
             port.close()
         if self.shared is not None:
@@ -360,6 +386,8 @@ class Simulation:
             **({"tp_ranks": o.tp, "backing": o.backing} if self._tp_fields() else {}),
             **({"worker_restarts": o.worker_restarts} if o.worker_restarts else {}),
             **({"message_faults": o.message_faults} if o.message_faults else {}),
+            **({"pd_share": o.pd_share, "transport": o.transport,
+                "staging_slots": o.staging_slots} if o.pd_share else {}),
         }
 
     # -- workload -------------------------------------------------------------
@@ -373,8 +401,14 @@ class Simulation:
             self.report.too_large += 1
             self.report.never_admitted += 1
             return
-        self.coordinator.add_request(a.request_id, a.page_keys)
+        tokens = None if self.pd is None else self.pd.draw(len(a.page_keys))
+        if tokens is None:
+            self.coordinator.add_request(a.request_id, a.page_keys)
+        else:  # it arrives with prefill KV: a prefiller holds its pages
+            self.coordinator.add_import(a.request_id, a.page_keys, tokens, self.o.block_tokens)
         self.pages[a.request_id] = np.array([self._key_id(k) for k in a.page_keys], np.int64)
+        if tokens is not None and self.pd is not None:
+            self.pd.hold(a.request_id, self.pages[a.request_id], tokens)
         self.decode_steps[a.request_id] = a.decode_steps
         self.pending.append(a.request_id)
 
@@ -395,7 +429,10 @@ class Simulation:
         return steps[0] if len(steps) == 1 else np.stack(steps)
 
     def _topk_one(self, r: str) -> NDArray[np.int32]:
-        return locality_topk(self.rng, len(self.pages[r]) * self.o.block_tokens, self.o.top_k)
+        n = len(self.pages[r]) * self.o.block_tokens
+        if self.pd is not None:  # an imported prompt may end inside its final block
+            n = self.pd.prompt_tokens.get(r, n)
+        return locality_topk(self.rng, n, self.o.top_k)
 
     def _admit_workers(self, r: str, table: list[Loc]) -> None:
         """Every rank binds the admitted table; its GPU-resident pages are prefilled."""
@@ -445,9 +482,15 @@ class Simulation:
     def _schedule(self) -> None:
         c, o, rep = self.coordinator, self.o, self.report
         self._end_requests()
+        if self.pd is not None:
+            self._schedule_imports()
         for r in list(self.pending):
-            if len(self.running) >= o.concurrency:
+            if len(self.running) + len(self.importing) >= o.concurrency:
                 break
+            if self.pd is not None and r in self.pd.prompt_tokens:
+                if not self._admit_import(r):
+                    break
+                continue
             adm = c.admit(r)
             if adm is None:  # GPU pool pressure: spill, retry next step
                 rep.admissions_refused += 1
@@ -482,6 +525,68 @@ class Simulation:
             self.metrics.on_admission(adm, self._t)
         self._admit_workers(r, list(adm.table))
 
+    # -- P/D imports (--pd-share; hisparse/pdimport/sim.py) ----------------------
+
+    def _admit_import(self, r: str) -> bool:
+        """Admit an imported request: its target chosen once (and kept across retries),
+        its destinations leased, the import command queued. False: retry next step."""
+        c, rep = self.coordinator, self.report
+        try:
+            target = c.admit_import(r)
+        except (RequestNeverFits, ImportNeverFits):  # more than a whole pool: say so
+            c.abort(r)
+            self.pending.remove(r)
+            rep.too_large += 1
+            rep.never_admitted += 1
+            assert self.pd is not None
+            self.pd.forget(r)
+            return True
+        if target is None:  # the chosen target's destinations do not fit yet
+            rep.admissions_refused += 1
+            chosen = c.state.imp_of(r).target
+            need = len(self.pages[r]) if chosen == "device" else 1
+            c.reclaim(max(1, need - self.kv.num_free))
+            return False
+        self.pending.remove(r)
+        rep.pages_admitted += len(self.pages[r])
+        self.importing[r] = self.decode_steps[r]
+        return True
+
+    def _schedule_imports(self) -> None:
+        """Imports that ended since the last step: completed ones run (every rank binds the
+        table; their bytes came by import, nothing is prefilled), failed ones end."""
+        assert self.pd is not None
+        c, rep = self.coordinator, self.report
+        s = c.state
+        for r in list(self.importing):
+            status = s.req.get(r)  # a failed import retires at once (None)
+            if status == "importing":
+                if r not in self.pd.aborted and self.rng.random() < self.o.abort_rate:
+                    c.abort(r)  # aborted mid-import: the worker stops, FailImport ends it
+                    self.pd.aborted.add(r)
+                continue
+            if status == "running":
+                self.pd.completed(r, s.imp_of(r).target)
+                table: list[Loc] = []
+                for i in range(1, len(self.pages[r]) + 1):
+                    where = s.loc[(r, i)]
+                    assert where is not None, f"completed import {r!r} left page {i} unplaced"
+                    table.append(where)
+                for port in self.ports:
+                    port.admit(r, table)
+                self.running[r] = self.importing.pop(r)
+            elif status is None:  # failed or aborted: nothing was published
+                self.pd.failed(r)
+                del self.importing[r]
+                if r in self.pd.aborted:
+                    rep.aborted += 1
+
+    def _advance_imports(self) -> None:
+        if self.pd is not None:
+            for port in self.ports:
+                self.local(port.rank).worker.advance_imports()
+            self.pd.sample()
+
     def step(self, t: int) -> None:
         self._t = t
         rep, before_spills, before_d2h = self.report, self.coordinator.spills, self._d2h_bytes()
@@ -497,6 +602,7 @@ class Simulation:
         self._bind(meta, t, missed)
         if lost is not None:
             self._lose_worker(t, lost)
+        self._advance_imports()
         topk = {r: self._topk(r) for r in self.running}
         hits = (0, 0, 0, 0)
         if topk:
@@ -625,8 +731,22 @@ class Simulation:
         self.report.worker_restarts += 1
         self._bind(self.sched.build_connector_meta(), t)
 
+    def _drain_imports(self) -> None:
+        """End of run: imports in flight finish (or fail) before anything else drains."""
+        for _ in range(1000):
+            if self.pd is None or not self.importing:
+                return
+            self._bind(self.sched.build_connector_meta(), self._t)
+            self._advance_imports()
+            for port in self.ports:
+                port.land(None)
+                self._deliver(port, self._t)
+            self._schedule_imports()
+        raise RuntimeError(f"imports still in flight after the drain: {sorted(self.importing)}")
+
     def drain(self) -> None:
         """End of run: stop what still runs or waits and let every copy and ack arrive."""
+        self._drain_imports()
         for r in list(self.running):
             self.coordinator.finish(r)
             self._release_workers(r)
@@ -635,6 +755,8 @@ class Simulation:
         for r in self.pending:
             self.coordinator.abort(r)
             self.report.never_admitted += 1
+            if self.pd is not None:
+                self.pd.forget(r)
         self.pending.clear()
         if self.faults is not None:  # the network calms down: late messages arrive
             faults, self.faults = self.faults, None
@@ -694,6 +816,8 @@ class Simulation:
             self.close()
         rep.spills = self.coordinator.spills
         rep.invariant_checks = self.coordinator.machine.invariant_checks
+        if self.pd is not None:
+            rep.imports = self.pd.figures.doc()
         rep.notes += coverage_notes(rep)
         if self.o.trace is not None:
             from hisparse.spec.record import machine_trace
@@ -744,5 +868,7 @@ def report_json(rep: SimulateReport) -> dict[str, Any]:
     from hisparse.report import rates
 
     doc = asdict(rep)
+    if not doc["imports"]:  # a run without --pd-share writes what it wrote before
+        del doc["imports"]
     doc["rates"] = rates(rep)
     return doc

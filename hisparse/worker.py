@@ -6,7 +6,9 @@
   GPU-LRU state through the executor's pools; an index-sharing follower's runtime
   has no LRU state of its own and replays its leader's miss plan.
 - ``HiSparseWorker`` schedules the step's copies and reports enqueued and completed
-  transfer IDs. It never allocates or frees logical blocks.
+  transfer IDs. It never allocates or frees logical blocks. With an import runner
+  attached (``attach_importer``, hisparse/pdimport/) it also starts and aborts the
+  metadata's P/D imports and reports what landed (``take_import_acks``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,8 +26,15 @@ from hisparse.channel import Receiver, Sender
 from hisparse.config import HiSparseConfig
 from hisparse.executor.base import CachePools, Executor, ResolveBatch, Resolved, ResolveResult
 from hisparse.msgshape import connector_metadata_problem
-from hisparse.spec.messages import HiSparseConnectorMetadata
+from hisparse.spec.messages import (
+    HiSparseConnectorMetadata,
+    ImportFailure,
+    ImportLanded,
+)
 from hisparse.spec.state import Loc, RequestId
+
+if TYPE_CHECKING:
+    from hisparse.pdimport.runner import ImportRunner
 
 
 class WorkerError(Exception):
@@ -136,6 +145,17 @@ class HiSparseWorker:
         self._down = Receiver("connector metadata", rank)
         self._up = Sender()
         self._answer_due = False  # a sequenced metadata was applied: answer with a meta
+        self.importer: ImportRunner | None = None
+
+    def attach_importer(self, runner: ImportRunner) -> None:
+        """Import P/D requests through ``runner`` (built over this worker's caches)."""
+        if [id(p) for p in runner.pools] != [id(h.runtime.pools) for h in self.handles]:
+            raise WorkerError("the import runner must land in this worker's caches")
+        self.importer = runner
+
+    def import_pools(self) -> list[Any]:
+        """Every cache's pools in layer order: what an import runner lands in."""
+        return [h.runtime.pools for h in self.handles]
 
     # -- requests ---------------------------------------------------------------
 
@@ -208,6 +228,7 @@ class HiSparseWorker:
                 1 <= r.page_index <= len(table) and 0 <= r.host_block < spec.host_blocks
             ):
                 raise WorkerError(f"replacement {r} does not fit request {r.request_id!r}")
+        self._check_imports(meta)
         spills = [(t.transfer_id, t.src_gpu_block, t.dst_host_block) for t in transfers]
         if spills:  # one batched copy per cache for the whole step
             for h in self.handles:
@@ -222,6 +243,40 @@ class HiSparseWorker:
             table = self.tables.tables.get(r.request_id)
             if table is not None:  # a finished request's entry needs no update
                 table[r.page_index - 1] = ("host", r.host_block)
+        if self.importer is not None:
+            for iid in meta.import_aborts:
+                self.importer.abort(iid)
+            for cmd in meta.imports:
+                self.importer.start(cmd)
+
+    def _check_imports(self, meta: HiSparseConnectorMetadata) -> None:
+        """Every import command fits this worker, before anything is applied."""
+        if not (meta.imports or meta.import_aborts):
+            return
+        if self.importer is None:
+            raise WorkerError("import commands for a worker without an import runner")
+        from hisparse.pdimport.runner import ImportRefused
+
+        for cmd in meta.imports:
+            try:
+                self.importer.check(cmd)
+            except ImportRefused as exc:
+                raise WorkerError(str(exc)) from exc
+
+    # -- imports ------------------------------------------------------------------
+
+    def advance_imports(self) -> None:
+        """Move every import in flight along (bind, poll, copy, release); never blocks."""
+        if self.importer is not None:
+            self.importer.advance()
+
+    def take_import_acks(
+        self,
+    ) -> tuple[tuple[ImportLanded, ...], tuple[int, ...], tuple[ImportFailure, ...]]:
+        """(imports_landed, imports_done, imports_failed) since the last call."""
+        if self.importer is None:
+            return (), (), ()
+        return self.importer.take_acks()
 
     def restart(self) -> tuple[int, ...]:
         """Lose what a restarted worker loses: acks not yet reported (enqueued, and
@@ -230,6 +285,8 @@ class HiSparseWorker:
         completions are reported as usual once they land."""
         self._enqueued = []
         self.executor.completed()  # landed, never reported: the coordinator finds them idle
+        if self.importer is not None:  # imports in flight are lost; the coordinator fails them
+            self.importer.restart()
         self._down.lost()  # nothing sent before the loss is taken after it
         self._up.new_epoch()
         self._answer_due = True  # the first meta after a restart opens the new epoch

@@ -28,12 +28,13 @@ from typing import Any, Literal
 from hisparse.spec import variants
 from hisparse.spec.lifecycle import LIFECYCLES
 from hisparse.spec.state import ProtocolState
-from hisparse.spec.tracetypes import BlockId, Frozen, Name, Page, Rank
+from hisparse.spec.tracetypes import BlockId, Chunk, Frozen, Name, Page, Rank
 
 # The spec's variables, in the order of its ``vars`` tuple (and of a trace's ``post``).
 VARIABLES: tuple[str, ...] = (
     "req", "loc", "gpuOwner", "srcPin", "hostState", "hostKey", "prefix", "spill",
     "down", "up", "lost", "copying", "waits", "reading", "wEnq", "wDone", "gpuData", "hostData",
+    "imp", "pg",
 )
 # The variables indexed by rank (``[Ranks -> ...]``; ``hostData`` by copier rank).
 RANKED_VARIABLES: tuple[str, ...] = (
@@ -78,6 +79,19 @@ class RankHostBlockArgs(Frozen):
     rank: Rank
 
 
+class PageArgs(Frozen):
+    """A page of an import."""
+
+    page: Page
+
+
+class PageChunkArgs(Frozen):
+    """A page of an import and one of its chunks (1-based)."""
+
+    page: Page
+    chunk: Chunk
+
+
 class RankArgs(Frozen):
     """A tensor-parallel rank (0-based; the trace encoding maps it to the spec's 1..W)."""
 
@@ -92,11 +106,15 @@ class NoArgs(Frozen):
 # (page, host block) pair, a host block, a transfer ID, a replayed command's (source,
 # destination), or nothing; a ``ranked`` action takes a rank after them (a transfer: one
 # in that rank's ``down``; a replay: one of the spec's Replayable(w)).
-Domain = Literal["request", "page_host", "host_block", "transfer", "replay", "none"]
+Domain = Literal[
+    "request", "page_host", "host_block", "transfer", "replay", "page", "page_chunk", "none"
+]
 # How one field of the replay record is written in TLA+ (hisparse/tracecheck/encode.py):
 # a name, a page, a GPU or host block, or the host/GPU blocks an Arrive chose (read off
 # its ``loc`` change, so TLC need not enumerate the choice).
-Encoding = Literal["name", "page", "gpu", "host", "rank", "arrive_hosts", "arrive_blocks"]
+Encoding = Literal[
+    "name", "page", "gpu", "host", "rank", "chunk", "arrive_hosts", "arrive_blocks"
+]
 BugKind = Literal["invariant", "property"]
 
 
@@ -196,7 +214,7 @@ CATALOGUE: tuple[Action, ...] = (
         ),
     ),
     Action(
-        "Retire", RequestArgs, "request", ("req",),
+        "Retire", RequestArgs, "request", ("req", "imp", "pg"),
         "Retire(e.args.request)", (("request", "name"),), (("request", "retire"),),
         (
             Variant("retire_inflight", "RetiredUnreferenced", "invariant",
@@ -290,7 +308,7 @@ CATALOGUE: tuple[Action, ...] = (
     Action(
         "WorkerLoss", RankArgs, "none",
         ("down", "up", "lost", "wEnq", "wDone", "srcPin", "gpuOwner", "gpuData", "spill",
-         "hostState", "hostKey", "prefix", "hostData"),
+         "hostState", "hostKey", "prefix", "hostData", "imp", "pg"),
         "WorkerLoss(e.args.rank)", (("rank", "rank"),),
         (("transfer", "lost_running"), ("transfer", "lost_idle"), *_HOST_PAGE_OUT),
         (
@@ -335,6 +353,70 @@ CATALOGUE: tuple[Action, ...] = (
     ),
     Action("LoseMeta", RankArgs, "none", ("up", "lost"), "LoseMeta(e.args.rank)",
            (("rank", "rank"),), ranked=True),
+    # P/D import (docs/pd-import.md)
+    Action("ImportArrive", RequestArgs, "request", ("imp",), "ImportArrive(e.args.request)",
+           (("request", "name"),)),
+    Action("ChooseTarget", RequestArgs, "request", ("imp",), "ChooseTarget(e.args.request)",
+           (("request", "name"),)),
+    Action(
+        "AdmitImport", RequestArgs, "request",
+        ("req", "gpuOwner", "hostState", "hostKey", "imp", "pg"),
+        "AdmitImport(e.args.request)", (("request", "name"),),
+        (("request", "admit_import"), ("host_page", "lease")),
+        (Variant("retarget_on_retry", "ImportTargetStable", "invariant",
+                 "admission recomputes the landing target from the pools of the retry",
+                 "_admit_target", variants.retarget_on_retry, model="pd"),),
+    ),
+    Action(
+        "LeaseStaging", PageArgs, "page", ("pg",), "LeaseStaging(e.args.page)",
+        (("page", "page"),), (),
+        (Variant("staging_unbounded", "StagingBounded", "invariant",
+                 "the worker leases a staging slot beyond the pool's bound",
+                 "_staging_room", variants.staging_unbounded, model="pd"),),
+    ),
+    Action("LandChunk", PageChunkArgs, "page_chunk", ("gpuData", "pg"),
+           "LandChunk(e.args.page, e.args.chunk)", (("page", "page"), ("chunk", "chunk"))),
+    Action("CopyToHost", PageArgs, "page", ("hostData", "pg"), "CopyToHost(e.args.page)",
+           (("page", "page"),)),
+    Action("MirrorPage", PageArgs, "page", ("gpuData",), "MirrorPage(e.args.page)",
+           (("page", "page"),)),
+    Action(
+        "ReleaseStaging", PageArgs, "page", ("pg",), "ReleaseStaging(e.args.page)",
+        (("page", "page"),), (),
+        (Variant("release_before_mirror", "MirrorBeforeRead", "invariant",
+                 "the staging slot of an immediately needed page is released before its "
+                 "mirror into the resident block ran", "_mirror_done",
+                 variants.release_before_mirror, model="pd"),),
+    ),
+    Action(
+        "ReportImport", RequestArgs, "request", ("imp",), "ReportImport(e.args.request)",
+        (("request", "name"),), (),
+        (Variant("report_partial_page", "ImportPublishedComplete", "invariant",
+                 "the worker reports an import done once every page has some chunk at its "
+                 "destination, not every chunk", "_reported", variants.report_partial_page,
+                 ("pg",), model="pd"),
+         Variant("import_done_unreported", "ImportsEnd", "property",
+                 "the worker never sends the done ack of an import whose pages all landed",
+                 "_reported", variants.import_done_unreported, model="pd")),
+    ),
+    Action("ImportError", RequestArgs, "request", ("imp", "pg"), "ImportError(e.args.request)",
+           (("request", "name"),)),
+    Action(
+        "CompleteImport", RequestArgs, "request",
+        ("req", "loc", "hostState", "prefix", "imp", "pg"),
+        "CompleteImport(e.args.request)", (("request", "name"),),
+        (("request", "import_done"), ("host_page", "publish")),
+    ),
+    Action(
+        "FailImport", RequestArgs, "request",
+        ("req", "gpuOwner", "gpuData", "hostState", "hostKey", "hostData", "imp", "pg"),
+        "FailImport(e.args.request)", (("request", "name"),),
+        (("request", "import_failed"), ("host_page", "discard")),
+        (Variant("fail_keeps_host_blocks", "NoImportLeak", "invariant",
+                 "a failed import's host blocks stay leased, its pages naming them",
+                 "_fail_frees_hosts",
+                 variants.fail_keeps_host_blocks, model="pd"),),
+    ),
 )
 
 ACTIONS: dict[str, Action] = {a.name: a for a in CATALOGUE}
@@ -364,6 +446,10 @@ def arguments(s: ProtocolState, domain: Domain, ranked: bool = False) -> list[tu
         return [(p, h) for p in s.loc for h in hosts]
     if domain == "host_block":
         return [(h,) for h in hosts]
+    if domain == "page":
+        return [(p,) for p in s.loc]
+    if domain == "page_chunk":
+        return [(p, c) for p in s.loc for c in range(1, s.config.chunks + 1)]
     if domain == "transfer":
         return [(tid,) for w in s.down for tid in w]
     if domain == "replay":

@@ -34,6 +34,10 @@ class ProtocolConfig(BaseModel):
     backing: Backing = "private"
     writer: int = Field(default=0, ge=0)
     bug: str = "none"
+    # P/D import (docs/pd-import.md): chunks of one page (one transport READ each) and
+    # the staging pool's slots (one page each); the spec's Chunks (1..chunks), StagingSlots
+    chunks: int = Field(default=1, ge=1)
+    staging_slots: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def _universe(self) -> ProtocolConfig:

@@ -99,3 +99,14 @@ def gap(direction: str, rank: int, expected: int, got: int) -> MessageGap:
 
 class BadSequence(ProtocolError):
     """A message's sequence numbers are malformed (wrong types, since after seq)."""
+
+
+class UnknownImport(ProtocolError):
+    """A worker's import acknowledgement that names no import it was handed, a page
+    outside it, a page landed twice, or done before every page landed: refused, and
+    nothing changes."""
+
+    def __init__(self, import_id: int, reason: str) -> None:
+        super().__init__(f"import {import_id}: {reason}")
+        self.import_id = import_id
+        self.reason = reason

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hisparse.spec.errors import InvariantViolation
-from hisparse.spec.state import EMPTY, GARBAGE, HostBlock, ProtocolState
+from hisparse.spec.state import EMPTY, GARBAGE, LIVE_IMPORT, HostBlock, ProtocolState
 
 Problems = list[str]
 
@@ -29,7 +29,7 @@ def TypeOK(s: ProtocolState) -> Problems:
     def bad_data(x: object) -> bool:
         return x not in data
     for r, st in s.req.items():
-        if st not in ("new", "running", "finished", "aborted"):
+        if st not in ("new", "importing", "running", "finished", "aborted"):
             out.append(f"request {r} in state {st!r}")
     for p, where in s.loc.items():
         if where is None:
@@ -84,6 +84,92 @@ def TypeOK(s: ProtocolState) -> Problems:
     for w, reading in enumerate(s.reading):
         if any(not 0 <= h < h_n for h in reading):
             out.append(f"rank {w} reads blocks {sorted(reading)}")
+    chunks = set(range(1, cfg.chunks + 1))
+    for r, x in s.imp.items():
+        if x.target not in ("none", "device", "host") or x.phase not in (
+            "none", "announced", "landing", "landed", "failed"
+        ):
+            out.append(f"request {r}'s import is {x}")
+    for pg, y in s.pg.items():
+        if not (y.landed <= chunks and y.staged <= chunks) or (
+            y.host is not None and not 0 <= y.host < h_n
+        ):
+            out.append(f"page {pg}'s import is {y}")
+    return out
+
+
+# -- P/D import (docs/pd-import.md) ---------------------------------------------
+
+
+def StagingBounded(s: ProtocolState) -> Problems:
+    """The staging slots in use never exceed the pool's."""
+    used, cap = s.slots(), s.config.staging_slots
+    return [f"{used} staging slots in use, the pool has {cap}"] if used > cap else []
+
+
+def ImportPublishedComplete(s: ProtocolState) -> Problems:
+    """The done ack is sent only once every chunk of every page is at its destination;
+    a running imported request has all its bytes; an importing host page is never
+    published before its import completes."""
+    full = frozenset(range(1, s.config.chunks + 1))
+    out: Problems = []
+    for r, x in s.imp.items():
+        if x.phase == "landed" or (s.req.get(r) == "running" and x.target != "none"):
+            out += [f"page {(r, i)} of {r} (import {x.phase}) has chunks "
+                    f"{sorted(s.pg_of((r, i)).landed)} of {sorted(full)}"
+                    for i in range(1, len(s.page_keys[r]) + 1)
+                    if s.pg_of((r, i)).landed != full]
+    out += [f"importing page {p}'s host block {y.host} is {s.host_state[y.host]}"
+            for p, y in s.pg.items()
+            if y.host is not None and s.host_state[y.host] != "leased"]
+    return out
+
+
+def MirrorBeforeRead(s: ProtocolState) -> Problems:
+    """A mirrored page holds its bytes at its resident destination by the time its host
+    import is reported done, before the request can decode."""
+    out: Problems = []
+    for r, x in s.imp.items():
+        if x.target != "host" or x.phase != "landed" or s.req.get(r) != "importing":
+            continue
+        p = (r, len(s.page_keys[r]))
+        g = s.imp_gpu[p]
+        if s.gpu_data[g] != s.key_of(p):
+            out.append(f"mirrored page {p}'s resident GPU block {g} holds {s.gpu_data[g]!r}")
+    return out
+
+
+def ImportTargetStable(s: ProtocolState) -> Problems:
+    """An import lands where its chosen target says: host blocks for every page iff the
+    target is host."""
+    out: Problems = []
+    for r, x in s.imp.items():
+        if x.phase not in LIVE_IMPORT:
+            continue
+        hosted = all(s.pg_of((r, i)).host is not None
+                     for i in range(1, len(s.page_keys[r]) + 1))
+        if x.target == "none" or (x.target == "host") != hosted:
+            out.append(f"request {r}'s import chose {x.target} but lands "
+                       f"{'in host blocks' if hosted else 'elsewhere'}")
+    return out
+
+
+def NoImportLeak(s: ProtocolState) -> Problems:
+    """Nothing of an import outlives it: staging slots only for landing imports, host
+    blocks as destinations only for live imports, an ended imported request's GPU blocks
+    are pinned sources or a live import's."""
+    def live(r: str) -> bool:
+        return s.imp_of(r).phase in LIVE_IMPORT
+
+    out = [f"page {p} holds a staging slot while its import is {s.imp_of(p[0]).phase}"
+           for p, y in s.pg.items() if y.slot and s.imp_of(p[0]).phase != "landing"]
+    out += [f"page {p} still holds host block {y.host} after its import ended"
+            for p, y in s.pg.items() if y.host is not None and not live(p[0])]
+    out += [f"GPU block {g} still leased to {o} of ended imported {o[0]}"
+            for g, o in enumerate(s.gpu_owner)
+            if o is not None and o[0] in s.imports
+            and s.req.get(o[0]) in ("finished", "aborted")
+            and not s.src_pin[g] and not live(o[0])]
     return out
 
 
@@ -108,9 +194,10 @@ def NoLeaseLeaked(s: ProtocolState) -> Problems:
             sp is not None and sp.src == g and sp.phase == "sent" for sp in s.spill
         ):
             out.append(f"GPU block {g} is pinned with no sent transfer")
+    imported = {y.host for y in s.pg.values() if y.host is not None}
     for h, st in enumerate(s.host_state):
-        if st == "leased" and s.spill[h] is None:
-            out.append(f"host block {h} is leased with no open transfer")
+        if st == "leased" and s.spill[h] is None and h not in imported:
+            out.append(f"host block {h} is leased with no open transfer or import")
     return out
 
 
@@ -291,6 +378,11 @@ def GapsDetected(s: ProtocolState) -> Problems:
 # Order of the TLC configuration: the first failing one is reported.
 INVARIANTS: dict[str, Callable[[ProtocolState], Problems]] = {
     "TypeOK": TypeOK,
+    "StagingBounded": StagingBounded,
+    "ImportPublishedComplete": ImportPublishedComplete,
+    "MirrorBeforeRead": MirrorBeforeRead,
+    "ImportTargetStable": ImportTargetStable,
+    "NoImportLeak": NoImportLeak,
     "PublishedPageStable": PublishedPageStable,
     "ReplayNotExecuted": ReplayNotExecuted,
     "GapsDetected": GapsDetected,
@@ -304,6 +396,14 @@ INVARIANTS: dict[str, Callable[[ProtocolState], Problems]] = {
     "NoOverwriteUnderRead": NoOverwriteUnderRead,
     "RetiredUnreferenced": RetiredUnreferenced,
 }
+
+
+# The P/D import's invariants and property: the models without imports (Imports = {})
+# leave them out of their cfgs (they hold there by construction); MC_pd lists them all.
+IMPORT_CHECKS = frozenset({
+    "StagingBounded", "ImportPublishedComplete", "MirrorBeforeRead", "ImportTargetStable",
+    "NoImportLeak", "ImportsEnd",
+})
 
 
 def check_invariants(s: ProtocolState) -> None:
@@ -349,9 +449,18 @@ def EndedRetired(s: ProtocolState) -> Problems:
             if st in ("finished", "aborted")]
 
 
+def ImportsEnd(s: ProtocolState) -> Problems:
+    """Every admitted import ended (completed or failed) and returned its slots."""
+    out = [f"request {r}'s import is still {x.phase}" for r, x in s.imp.items()
+           if x.phase in LIVE_IMPORT]
+    out += [f"page {p} still holds a staging slot" for p, y in s.pg.items() if y.slot]
+    return out
+
+
 PROPERTIES: dict[str, Callable[[ProtocolState], Problems]] = {
     "TransfersComplete": TransfersComplete,
     "LeasesReleased": LeasesReleased,
     "AbortedFreed": AbortedFreed,
     "EndedRetired": EndedRetired,
+    "ImportsEnd": ImportsEnd,
 }

@@ -73,12 +73,16 @@ class Lifecycle:
 
 REQUEST = Lifecycle(
     name="request",
-    states=("new", "running", "finished", "aborted", "retired"),
+    states=("new", "importing", "running", "finished", "aborted", "retired"),
     initial="new",
     rows=(
         ("arrive", ("new",), "running"),
+        # P/D import (docs/pd-import.md): admitted with destinations leased, bytes landing
+        ("admit_import", ("new",), "importing"),
+        ("import_done", ("importing",), "running"),
+        ("import_failed", ("importing", "aborted"), "aborted"),
         ("finish", ("running",), "finished"),
-        ("abort", ("new", "running"), "aborted"),
+        ("abort", ("new", "importing", "running"), "aborted"),
         # the request leaves the protocol state; its ID may be declared again
         ("retire", ("finished", "aborted"), "retired"),
     ),

@@ -31,13 +31,18 @@ from hisparse.spec.native import mypyc_attr
 from hisparse.spec.observe import ACTION_WRITES, Observer
 from hisparse.spec.state import (
     GARBAGE,
+    LIVE_IMPORT,
+    NO_PG,
     SENTINELS,
     HostBlock,
     HostState,
+    Imp,
+    ImportTarget,
     Key,
     Loc,
     Meta,
     Page,
+    PgImp,
     Phase,
     ProtocolState,
     ReqState,
@@ -57,6 +62,7 @@ class LossOutcome:
     resident: list[Page] = field(default_factory=list)  # running pages spillable again
     freed: list[int] = field(default_factory=list)  # host blocks back in the pool
     published: list[int] = field(default_factory=list)  # host pages published
+    imports_failed: list[RequestId] = field(default_factory=list)  # imports it failed
 
 
 # tuple.__new__ builds a NamedTuple without the Python-level __new__ frame (hot paths)
@@ -115,11 +121,19 @@ class ProtocolMachine:
         self._host_capacity = config.host_capacity  # (a property of a frozen config)
         # every request ever declared, only while recording: a trace's header names them all
         self.declared: dict[RequestId, tuple[Key, ...]] | None = {} if record else None
+        self.declared_imports: set[RequestId] | None = set() if record else None
 
     # -- constants --------------------------------------------------------
 
     def add_request(self, r: RequestId, keys: Sequence[Key]) -> None:
         """Declare a request and the keys of its pages (a constant of the spec)."""
+        imported = self.declared_imports
+        if imported is not None and r in imported:
+            raise ActionNotEnabled("add_request", f"request id {r!r} was an import while "
+                                                  "recording a trace: add_import")
+        self._declare(r, keys)
+
+    def _declare(self, r: RequestId, keys: Sequence[Key]) -> None:
         s = self.state
         if not r or r in SENTINELS:
             raise ActionNotEnabled("add_request", f"request id {r!r} is empty or reserved")
@@ -272,11 +286,14 @@ class ProtocolMachine:
         return n
 
     def check_arrive(self, r: RequestId) -> None:
-        """Raise ActionNotEnabled unless r is a declared request that has not arrived."""
+        """Raise ActionNotEnabled unless r is a declared request that has not arrived
+        (and does not bring prefill KV: it comes through ImportArrive)."""
         st = self.state.req.get(r)
         if st != "new":
             self._request("Arrive", r)  # raises for an unknown request
             raise ActionNotEnabled("Arrive", f"request {r!r} is {st}, not new")
+        if r in self.state.imports:
+            raise ActionNotEnabled("Arrive", f"request {r!r} is imported: ImportArrive")
 
     # -- scheduler actions ------------------------------------------------
 
@@ -294,7 +311,7 @@ class ProtocolMachine:
         """
         s, a = self.state, "Arrive"
         st = s.req.get(r)
-        if st != "new":
+        if st != "new" or (s.imports and r in s.imports):
             self.check_arrive(r)  # raises
         keys = s.page_keys[r]
         hit = self.hit_len(r)
@@ -764,6 +781,8 @@ class ProtocolMachine:
     def retire_refusal(self, r: RequestId) -> str | None:
         """Why ended request r cannot retire yet (None: it can). O(its pages)."""
         s = self.state
+        if s.imp and s.imp_of(r).phase in LIVE_IMPORT:
+            return f"request {r!r} has an import in flight"
         loc = s.loc
         for i in range(1, len(s.page_keys[r]) + 1):  # ending clears them
             if loc[(r, i)] is not None:
@@ -789,9 +808,368 @@ class ProtocolMachine:
         loc = s.loc  # (the "retire" transition: allowed above)
         for i in range(1, len(s.page_keys[r]) + 1):  # (no pages_of list)
             del loc[(r, i)]
+        if s.imports and r in s.imports:  # its import's entries go with it (Init values)
+            s.imp.pop(r, None)
+            for i in range(1, len(s.page_keys[r]) + 1):
+                s.pg.pop((r, i), None)
+            s.imports.discard(r)
         del s.req[r], s.page_keys[r]
         if self._observed:  # nobody reads args otherwise
             self._done(a, {"request": r})
+
+
+    # -- P/D import (docs/pd-import.md) ------------------------------------
+
+    def add_import(self, r: RequestId, keys: Sequence[Key]) -> None:
+        """Declare r as a request that arrives with prefill KV (the spec's Imports)."""
+        if self.state.config.ranks != 1:
+            raise ActionNotEnabled("add_import", "imports are modelled on one rank")
+        declared = self.declared
+        if declared is not None and r in declared and r not in (self.declared_imports or ()):
+            raise ActionNotEnabled("add_import", f"request id {r!r} was an ordinary request "
+                                                 "while recording a trace")
+        self._declare(r, keys)
+        self.state.imports.add(r)
+        if self.declared_imports is not None:
+            self.declared_imports.add(r)
+
+    def _all_chunks(self) -> frozenset[int]:
+        return frozenset(range(1, self.state.config.chunks + 1))
+
+    def _import_page(self, a: str, p: Page, phase: str = "landing") -> tuple[Imp, PgImp]:
+        """p's request's import and p's own, refusing a page not of an import in ``phase``."""
+        s = self.state
+        if not (isinstance(p, tuple) and len(p) == 2 and s.known(p)):
+            raise ActionNotEnabled(a, f"unknown page {p!r}")
+        x = s.imp_of(p[0])
+        if x.phase != phase:
+            raise ActionNotEnabled(a, f"page {p!r}'s import is {x.phase}, not {phase}")
+        return x, s.pg_of(p)
+
+    def _mirrored(self, p: Page) -> bool:
+        """The pages a decode step needs resident: the final page (the writable one)."""
+        return p[1] == len(self.state.page_keys[p[0]])
+
+    def free_gpu(self) -> int:
+        """Free blocks of HMA's device pool (the spec's Cardinality(FreeGpu)). O(pool): the
+        coordinator passes HMA's own count instead."""
+        return sum(1 for o in self.state.gpu_owner if o is None)
+
+    def target_for(self, r: RequestId, free_gpu: int | None = None) -> ImportTarget:
+        """The admission calculation (the spec's TargetFor): device if every page fits the
+        free GPU pool, else host."""
+        free = self.free_gpu() if free_gpu is None else free_gpu
+        return "device" if len(self.state.page_keys[r]) <= free else "host"
+
+    def ImportArrive(self, r: RequestId) -> None:
+        """r arrives with its prefill KV announced: its pages and their keys."""
+        s, a = self.state, "ImportArrive"
+        self._request(a, r)
+        if r not in s.imports:
+            raise ActionNotEnabled(a, f"request {r!r} brings no prefill KV")
+        if s.req[r] != "new" or s.imp_of(r).phase != "none":
+            raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, import {s.imp_of(r).phase}")
+        s.imp[r] = Imp("none", "announced")
+        if self._observed:
+            self._done(a, {"request": r})
+
+    def ChooseTarget(self, r: RequestId, free_gpu: int | None = None) -> ImportTarget:
+        """The landing target, chosen once from the admission calculation (``free_gpu``:
+        HMA's free count, by default counted here); returns it."""
+        s, a = self.state, "ChooseTarget"
+        self._request(a, r)
+        x = s.imp_of(r)
+        if s.req[r] != "new" or x.phase != "announced" or x.target != "none":
+            raise ActionNotEnabled(a, f"request {r!r}: import {x.phase}, target {x.target}")
+        if free_gpu is not None and self.check and free_gpu != self.free_gpu():
+            raise ActionNotEnabled(a, f"{free_gpu} free GPU blocks claimed, {self.free_gpu()} free")
+        target = self.target_for(r, free_gpu)
+        s.imp[r] = Imp(target, "announced")
+        if self._observed:
+            self._done(a, {"request": r})
+        return target
+
+    def _admit_target(self, r: RequestId) -> ImportTarget:
+        """The target AdmitImport lands by: the one chosen, whatever the pools are now."""
+        return self.state.imp_of(r).target
+
+    def AdmitImport(
+        self,
+        r: RequestId,
+        blocks: Sequence[int] | None = None,
+        hosts: Sequence[int] | None = None,
+    ) -> ImportTarget:
+        """The chosen target's destinations fit: lease them (device: ``blocks``, a GPU
+        block per page; host: ``hosts``, a host block per page, and ``blocks``, the
+        mirrored final page's GPU block); r is importing. By default the lowest free
+        blocks (a scan: drivers only). Refused (nothing changes) when they do not fit:
+        the request waits and retries with the same target. Returns the target used."""
+        s, a = self.state, "AdmitImport"
+        self._request(a, r)
+        x = s.imp_of(r)
+        if s.req[r] != "new" or x.phase != "announced" or x.target == "none":
+            raise ActionNotEnabled(a, f"request {r!r}: import {x.phase}, target {x.target}")
+        target = self._admit_target(r)
+        keys = s.page_keys[r]
+        n = len(keys)
+        need_gpu = n if target == "device" else 1
+        if blocks is None:
+            blocks = [g for g, o in enumerate(s.gpu_owner) if o is None][:need_gpu]
+        gpus = list(blocks)
+        if len(gpus) != need_gpu or len(set(gpus)) != need_gpu or any(
+            not (type(g) is int and 0 <= g < s.config.gpu_blocks) or s.gpu_owner[g] is not None
+            for g in gpus
+        ):
+            raise ActionNotEnabled(a, f"{target} target needs {need_gpu} distinct free GPU "
+                                      f"blocks, got {gpus}")
+        host_list: list[int] = []
+        if target == "host":
+            if s.host_used + n > self._host_capacity:
+                raise ActionNotEnabled(a, f"host pool cannot hold {n} more blocks "
+                                          f"({s.host_used} of {self._host_capacity} in use)")
+            if hosts is None:
+                hosts = [h for h, st in enumerate(s.host_state) if st == "free"][:n]
+            host_list = list(hosts)
+            if len(host_list) != n or len(set(host_list)) != n or any(
+                not (type(h) is int and 0 <= h < s.config.host_blocks)
+                or s.host_state[h] != "free"
+                for h in host_list
+            ):
+                raise ActionNotEnabled(a, f"host target needs {n} distinct free host blocks, "
+                                          f"got {host_list}")
+        elif hosts:
+            raise ActionNotEnabled(a, "a device-target import leases no host blocks")
+        s.req[r] = cast(ReqState, REQUEST.next("new", "admit_import"))
+        if target == "device":
+            for i, g in enumerate(gpus, start=1):
+                self._own(g, (r, i))
+                s.imp_gpu[(r, i)] = g
+        else:
+            self._own(gpus[0], (r, n))
+            s.imp_gpu[(r, n)] = gpus[0]
+            for i, h in enumerate(host_list, start=1):
+                hb = HostBlock(h)
+                self._host_to(hb, "lease")
+                s.host_key[hb] = keys[i - 1]
+                s.pg[(r, i)] = NO_PG._replace(host=hb)
+        s.imp[r] = Imp(x.target, "landing")
+        if self._observed:
+            self._done(a, {"request": r})
+        return target
+
+    def _staging_room(self) -> bool:
+        """A staging slot is free (the spec's Cardinality(Slots) < StagingSlots)."""
+        return self.state.slots() < self.state.config.staging_slots
+
+    def LeaseStaging(self, p: Page) -> None:
+        """The worker leases a staging slot for host-target page p; none left: refused."""
+        s, a = self.state, "LeaseStaging"
+        x, y = self._import_page(a, p)
+        if x.target != "host" or y.slot or y.landed == self._all_chunks():
+            raise ActionNotEnabled(a, f"page {p!r} needs no staging slot")
+        if not self._staging_room():
+            raise ActionNotEnabled(a, f"all {s.config.staging_slots} staging slots are in use")
+        s.pg[p] = y._replace(slot=True)
+        if self._observed:
+            self._done(a, {"page": [p[0], p[1]]})
+
+    def LandChunk(self, p: Page, c: int) -> None:
+        """Chunk c of page p lands: in its staging slot (host target) or in its GPU page
+        (device), whose bytes are the page's once every chunk is there."""
+        s, a = self.state, "LandChunk"
+        x, y = self._import_page(a, p)
+        if not (type(c) is int and 1 <= c <= s.config.chunks):
+            raise ActionNotEnabled(a, f"chunk {c!r} outside 1..{s.config.chunks}")
+        if x.target == "host":
+            if not y.slot or c in y.staged:
+                raise ActionNotEnabled(a, f"page {p!r} has no slot, or chunk {c} is staged")
+            s.pg[p] = y._replace(staged=y.staged | {c})
+        else:
+            if c in y.landed:
+                raise ActionNotEnabled(a, f"chunk {c} of page {p!r} already landed")
+            landed = y.landed | {c}
+            s.pg[p] = y._replace(landed=landed)
+            s.gpu_data[s.imp_gpu[p]] = s.key_of(p) if landed == self._all_chunks() else GARBAGE
+        if self._observed:
+            self._done(a, {"page": [p[0], p[1]], "chunk": c})
+
+    def CopyToHost(self, p: Page) -> None:
+        """The staged chunks are copied into p's host block (the page's bytes only once
+        every chunk was staged)."""
+        s, a = self.state, "CopyToHost"
+        _, y = self._import_page(a, p)
+        if not y.slot or y.staged == y.landed or y.host is None:
+            raise ActionNotEnabled(a, f"page {p!r} has nothing new staged")
+        data = s.key_of(p) if y.staged == self._all_chunks() else GARBAGE
+        for pool in s.host_data.values():
+            pool[y.host] = data
+        s.pg[p] = y._replace(landed=y.staged)
+        if self._observed:
+            self._done(a, {"page": [p[0], p[1]]})
+
+    def MirrorPage(self, p: Page) -> None:
+        """A page needed immediately, complete in staging, is copied into its resident
+        GPU block."""
+        s, a = self.state, "MirrorPage"
+        x, y = self._import_page(a, p)
+        if x.target != "host" or not self._mirrored(p):
+            raise ActionNotEnabled(a, f"page {p!r} is not mirrored")
+        g = s.imp_gpu[p]
+        if not y.slot or y.staged != self._all_chunks() or s.gpu_data[g] == s.key_of(p):
+            raise ActionNotEnabled(a, f"page {p!r} is not complete in staging, or mirrored")
+        s.gpu_data[g] = s.key_of(p)
+        if self._observed:
+            self._done(a, {"page": [p[0], p[1]]})
+
+    def _mirror_done(self, p: Page) -> bool:
+        """p needs no mirror, or its resident block holds its bytes."""
+        s = self.state
+        return not self._mirrored(p) or s.gpu_data[s.imp_gpu[p]] == s.key_of(p)
+
+    def ReleaseStaging(self, p: Page) -> None:
+        """p's slot goes back once every chunk is in its host block and the mirror ran."""
+        s, a = self.state, "ReleaseStaging"
+        _, y = self._import_page(a, p)
+        if not y.slot or y.landed != self._all_chunks() or not self._mirror_done(p):
+            raise ActionNotEnabled(a, f"page {p!r}'s slot still holds work")
+        s.pg[p] = y._replace(slot=False, staged=frozenset())
+        if self._observed:
+            self._done(a, {"page": [p[0], p[1]]})
+
+    def _reported(self, r: RequestId) -> bool:
+        """Whether r's import may be reported done: every page landed, no slot held
+        (the worker's report changes nothing else)."""
+        s, full = self.state, self._all_chunks()
+        for i in range(1, len(s.page_keys[r]) + 1):
+            y = s.pg_of((r, i))
+            if y.landed != full or y.slot:
+                return False
+        return True
+
+    def ReportImport(self, r: RequestId) -> None:
+        """Every page landed and no slot is held: the done ack goes up."""
+        s, a = self.state, "ReportImport"
+        self._request(a, r)
+        x = s.imp_of(r)
+        if x.phase != "landing" or not self._reported(r):
+            raise ActionNotEnabled(a, f"request {r!r}'s import is {x.phase}, or not landed")
+        s.imp[r] = x._replace(phase="landed")
+        if self._observed:
+            self._done(a, {"request": r})
+
+    def ImportError(self, r: RequestId) -> None:
+        """The transport fails (NIXL error, the prefiller gone, a refused announcement)
+        or the abort reaches the worker: its slots and staged chunks go; failed ack up."""
+        s, a = self.state, "ImportError"
+        self._request(a, r)
+        x = s.imp_of(r)
+        if x.phase != "landing":
+            raise ActionNotEnabled(a, f"request {r!r}'s import is {x.phase}")
+        s.imp[r] = x._replace(phase="failed")
+        for i in range(1, len(s.page_keys[r]) + 1):
+            y = s.pg.get((r, i))
+            if y is not None and (y.slot or y.staged):
+                s.pg[(r, i)] = y._replace(slot=False, staged=frozenset())
+        if self._observed:
+            self._done(a, {"request": r})
+
+    def CompleteImport(self, r: RequestId) -> list[int]:
+        """The done ack: host pages become valid and are published, the block table names
+        every page (a mirrored one at its resident block), r decodes. Returns the host
+        blocks published."""
+        s, a = self.state, "CompleteImport"
+        self._request(a, r)
+        x = s.imp_of(r)
+        if x.phase != "landed" or s.req[r] != "importing":
+            raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, import {x.phase}")
+        published: list[int] = []
+        for i in range(1, len(s.page_keys[r]) + 1):
+            p = (r, i)
+            y = s.pg_of(p)
+            if y.host is None or self._mirrored(p):
+                self._set_loc(p, ("gpu", s.imp_gpu.pop(p)))
+            else:
+                self._set_loc(p, ("host", HostBlock(y.host)))
+            if y.host is not None:
+                self._publish(y.host)
+                published.append(y.host)
+                s.pg[p] = y._replace(host=None)
+        s.req[r] = cast(ReqState, REQUEST.next("importing", "import_done"))
+        s.imp[r] = x._replace(phase="none")
+        if self._observed:
+            self._done(a, {"request": r})
+        return published
+
+    def _fail_frees_hosts(self) -> bool:
+        """A failed import's host blocks go back to the pool."""
+        return True
+
+    def FailImport(self, r: RequestId) -> tuple[list[int], list[int]]:
+        """The failed ack, or a done ack of an aborted request: nothing is published;
+        every GPU and host block of the import goes back; r ends aborted. Returns
+        (GPU blocks, host blocks) returned."""
+        s, a = self.state, "FailImport"
+        self._request(a, r)
+        x = s.imp_of(r)
+        if not (x.phase == "failed" or (x.phase == "landed" and s.req[r] == "aborted")):
+            raise ActionNotEnabled(a, f"request {r!r} is {s.req[r]}, import {x.phase}")
+        gpus: list[int] = []
+        hosts: list[int] = []
+        free_hosts = self._fail_frees_hosts()
+        for i in range(1, len(s.page_keys[r]) + 1):
+            p = (r, i)
+            g = s.imp_gpu.pop(p, None)
+            if g is not None:
+                self._own(g, None)
+                s.gpu_data[g] = GARBAGE
+                gpus.append(g)
+            y = s.pg.pop(p, None)
+            if y is not None and y.host is not None:
+                hosts.append(y.host)
+                if free_hosts:
+                    self._discard(y.host)
+                else:  # (the destination stays leased, and named by the page)
+                    s.pg[p] = NO_PG._replace(host=y.host)
+        s.req[r] = cast(ReqState, REQUEST.next(s.req[r], "import_failed"))
+        s.imp[r] = x._replace(phase="none")
+        if self._observed:
+            self._done(a, {"request": r})
+        return gpus, hosts
+
+    def import_moves(self) -> list[tuple[str, Callable[[], object]]]:
+        """The fair import actions enabled now (drain). O(live imports)."""
+        s = self.state
+        out: list[tuple[str, Callable[[], object]]] = []
+        full = self._all_chunks()
+        for r, x in s.imp.items():
+            if x.phase == "landing":
+                for i in range(1, len(s.page_keys[r]) + 1):
+                    p = (r, i)
+                    y = s.pg_of(p)
+                    if x.target == "host":
+                        if not y.slot and y.landed != full and self._staging_room():
+                            out.append(("LeaseStaging", partial(self.LeaseStaging, p)))
+                        if y.slot:
+                            for c in sorted(full - y.staged):
+                                out.append(("LandChunk", partial(self.LandChunk, p, c)))
+                            if y.staged != y.landed:
+                                out.append(("CopyToHost", partial(self.CopyToHost, p)))
+                            g = s.imp_gpu.get(p)
+                            if (self._mirrored(p) and y.staged == full and g is not None
+                                    and s.gpu_data[g] != s.key_of(p)):
+                                out.append(("MirrorPage", partial(self.MirrorPage, p)))
+                            if y.landed == full and self._mirror_done(p):
+                                out.append(("ReleaseStaging", partial(self.ReleaseStaging, p)))
+                    else:
+                        for c in sorted(full - y.landed):
+                            out.append(("LandChunk", partial(self.LandChunk, p, c)))
+                if self._reported(r):
+                    out.append(("ReportImport", partial(self.ReportImport, r)))
+            elif x.phase == "landed" and s.req[r] == "importing":
+                out.append(("CompleteImport", partial(self.CompleteImport, r)))
+            if x.phase == "failed" or (x.phase == "landed" and s.req[r] == "aborted"):
+                out.append(("FailImport", partial(self.FailImport, r)))
+        return out
 
     # -- worker actions ---------------------------------------------------
 
@@ -991,6 +1369,14 @@ class ProtocolMachine:
             else:
                 self._discard(h)
                 out.freed.append(h)
+        if s.imp:  # the worker's imports die with it (O(live imports))
+            for r, x in list(s.imp.items()):
+                if x.phase in ("landing", "landed"):
+                    s.imp[r] = x._replace(phase="failed")
+                    out.imports_failed.append(r)
+            for pg_key, y in list(s.pg.items()):
+                if y.slot or y.staged:
+                    s.pg[pg_key] = y._replace(slot=False, staged=frozenset())
         if self._observed:  # nobody reads args otherwise
             self._done(a, {"rank": w})
         return out
@@ -1084,6 +1470,8 @@ class ProtocolMachine:
             if s.lost[w] and self._loss_path_runs(w):  # fair: a gap is noticed (GapNoticed)
                 out.append(("WorkerLoss", partial(self.WorkerLoss, w)))
 
+        if s.imp:
+            out += self.import_moves()
         for r, st in s.req.items():
             if st in ("finished", "aborted") and self.retire_refusal(r) is None:
                 out.append(("Retire", partial(self.Retire, r)))

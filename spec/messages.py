@@ -8,7 +8,7 @@ through the two TypeAdapters below; inside a process they are passed as is.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -46,6 +46,103 @@ class BlockTableReplacement(_Wire):
     host_block: BlockId = Field(ge=0)
 
 
+ImportTarget = Literal["device", "host"]
+# why a worker failed an import (HiSparseWorkerMeta.imports_failed), docs/pd-import.md
+ImportFailReason = Literal["refused", "transport", "prefiller_lost", "staging", "worker_lost"]
+# the longest detail text a failure carries: the reason is the field to act on
+MAX_DETAIL_CHARS = 240
+
+
+class PageImport(_Wire):
+    """One page of an import command: where its bytes land (docs/pd-import.md).
+
+    Device target: ``gpu_block`` is the page's resident GPU block, ``host_block`` None.
+    Host target: ``host_block`` is its host source block; ``gpu_block`` set as well
+    means the page is *mirrored* (needed immediately: also copied from staging into that
+    resident GPU block). ``valid_rows`` < the block size only on the final page."""
+
+    page_index: int = Field(ge=1)
+    key: str = Field(min_length=1)
+    host_block: BlockId | None = Field(default=None, ge=0)
+    gpu_block: BlockId | None = Field(default=None, ge=0)
+    valid_rows: int = Field(ge=1)
+
+
+class ImportCommand(_Wire):
+    """Coordinator → worker: import a request's prefill KV into the pages named here.
+
+    ``import_id`` names the import in every acknowledgement (the worker never sees the
+    request's other state); ``pages`` are the request's pages 1..n in order, each full
+    but the last (``num_tokens`` need not be a multiple of ``block_size``)."""
+
+    import_id: int = Field(ge=0)
+    request_id: str = Field(min_length=1)
+    target: ImportTarget
+    num_tokens: int = Field(ge=1)
+    block_size: int = Field(ge=1)
+    pages: tuple[PageImport, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _shape(self) -> ImportCommand:
+        problem = import_command_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+def import_command_problem(cmd: ImportCommand) -> str | None:
+    """Why an import command's pages disagree with its target and size, or None."""
+    n = -(-cmd.num_tokens // cmd.block_size)
+    if len(cmd.pages) != n:
+        return (
+            f"{cmd.num_tokens} tokens in blocks of {cmd.block_size} are {n} pages, "
+            f"not {len(cmd.pages)}"
+        )
+    hosts: set[int] = set()
+    gpus: set[int] = set()
+    for i, pg in enumerate(cmd.pages, start=1):
+        if pg.page_index != i:
+            return f"page {pg.page_index} where page {i} belongs"
+        rows = min(cmd.block_size, cmd.num_tokens - (i - 1) * cmd.block_size)
+        if pg.valid_rows != rows:
+            return f"page {i} has {pg.valid_rows} valid rows, not {rows}"
+        if cmd.target == "device" and (pg.gpu_block is None or pg.host_block is not None):
+            return f"device-target page {i} needs a GPU block and no host block"
+        if cmd.target == "host" and pg.host_block is None:
+            return f"host-target page {i} needs a host block"
+        if pg.host_block is not None:
+            if pg.host_block in hosts:
+                return f"host block {pg.host_block} named twice"
+            hosts.add(pg.host_block)
+        if pg.gpu_block is not None:
+            if pg.gpu_block in gpus:
+                return f"GPU block {pg.gpu_block} named twice"
+            gpus.add(pg.gpu_block)
+    return None
+
+
+class ImportLanded(_Wire):
+    """Worker → coordinator: pages (1-based) of import ``import_id`` whose every chunk
+    has landed at its destination (host block, GPU page, and the mirror if any)."""
+
+    import_id: int = Field(ge=0)
+    pages: tuple[int, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> ImportLanded:
+        if len(set(self.pages)) != len(self.pages) or any(p < 1 for p in self.pages):
+            raise ValueError("landed pages must be distinct page indices >= 1")
+        return self
+
+
+class ImportFailure(_Wire):
+    """Worker → coordinator: import ``import_id`` failed; its staging slots are released."""
+
+    import_id: int = Field(ge=0)
+    reason: ImportFailReason
+    detail: str = Field(default="", max_length=MAX_DETAIL_CHARS)
+
+
 class HiSparseConnectorMetadata(_Wire):
     """Scheduler → worker, once per step: new page transfers and table replacements.
 
@@ -62,6 +159,9 @@ class HiSparseConnectorMetadata(_Wire):
     seq: int | None = Field(default=None, ge=0)
     since: tuple[int, ...] | None = None
     epoch: tuple[int, ...] | None = None
+    # P/D import (docs/pd-import.md): new import commands, and imports to abort
+    imports: tuple[ImportCommand, ...] = ()
+    import_aborts: tuple[int, ...] = ()
 
     @model_validator(mode="after")
     def _unique(self) -> HiSparseConnectorMetadata:
@@ -79,6 +179,15 @@ class HiSparseConnectorMetadata(_Wire):
             len(self.epoch) != len(self.since or ()) or any(e < 0 for e in self.epoch)
         ):
             raise ValueError("epoch needs one non-negative number per rank of since")
+        iids = [c.import_id for c in self.imports]
+        if len(set(iids)) != len(iids):
+            raise ValueError("duplicate import_id in one connector metadata")
+        if len(set(self.import_aborts)) != len(self.import_aborts) or any(
+            i < 0 for i in self.import_aborts
+        ):
+            raise ValueError("import_aborts must be distinct non-negative import IDs")
+        if set(iids) & set(self.import_aborts):
+            raise ValueError("an import is started and aborted in one connector metadata")
         return self
 
 
@@ -94,6 +203,12 @@ class HiSparseWorkerMeta(_Wire):
     seq: int | None = Field(default=None, ge=0)
     since: int | None = Field(default=None, ge=0)
     epoch: int | None = Field(default=None, ge=0)
+    # P/D import acknowledgements (docs/pd-import.md): pages landed since the last
+    # report, imports whose every page landed and whose staging slots are released
+    # (done), imports failed (nothing of theirs may be published)
+    imports_landed: tuple[ImportLanded, ...] = ()
+    imports_done: tuple[int, ...] = ()
+    imports_failed: tuple[ImportFailure, ...] = ()
 
     @model_validator(mode="after")
     def _unique(self) -> HiSparseWorkerMeta:
@@ -106,6 +221,16 @@ class HiSparseWorkerMeta(_Wire):
                 raise ValueError(f"duplicate transfer ID in {name}")
             if any(i < 0 for i in ids):
                 raise ValueError(f"negative transfer ID in {name}")
+        landed = tuple(a.import_id for a in self.imports_landed)
+        failed = tuple(f.import_id for f in self.imports_failed)
+        for name, iids in (("imports_landed", landed), ("imports_done", self.imports_done),
+                           ("imports_failed", failed)):
+            if len(set(iids)) != len(iids):
+                raise ValueError(f"duplicate import ID in {name}")
+            if any(i < 0 for i in iids):
+                raise ValueError(f"negative import ID in {name}")
+        if set(self.imports_done) & set(failed):
+            raise ValueError("an import reported both done and failed")
         return self
 
 
@@ -175,6 +300,8 @@ def trusted_metadata(
     seq: int | None = None,
     since: tuple[int, ...] | None = None,
     epoch: tuple[int, ...] | None = None,
+    imports: tuple[ImportCommand, ...] = (),
+    import_aborts: tuple[int, ...] = (),
 ) -> HiSparseConnectorMetadata:
     return _build(
         HiSparseConnectorMetadata,
@@ -184,6 +311,8 @@ def trusted_metadata(
             "seq": seq,
             "since": since,
             "epoch": epoch,
+            "imports": imports,
+            "import_aborts": import_aborts,
         },
     )
 
@@ -195,6 +324,9 @@ def trusted_worker_meta(
     seq: int | None = None,
     since: int | None = None,
     epoch: int | None = None,
+    imports_landed: tuple[ImportLanded, ...] = (),
+    imports_done: tuple[int, ...] = (),
+    imports_failed: tuple[ImportFailure, ...] = (),
 ) -> HiSparseWorkerMeta:
     return _build(
         HiSparseWorkerMeta,
@@ -205,6 +337,9 @@ def trusted_worker_meta(
             "seq": seq,
             "since": since,
             "epoch": epoch,
+            "imports_landed": imports_landed,
+            "imports_done": imports_done,
+            "imports_failed": imports_failed,
         },
     )
 

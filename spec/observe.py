@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hisparse.spec.catalogue import CATALOGUE, RANKED_VARIABLES
-from hisparse.spec.state import Loc, Page, ProtocolState, Spill
+from hisparse.spec.state import NO_IMP, NO_PG, Imp, Loc, Page, PgImp, ProtocolState, Spill
 
 JSON = Any
 
@@ -33,6 +33,17 @@ def _spill(sp: Spill | None) -> JSON:
     return {
         "src": sp.src, "page": _page(sp.page), "phase": sp.phase,
         "enq": sorted(sp.enq), "need": sorted(sp.need),
+    }
+
+
+def _imp(x: Imp) -> JSON:
+    return {"target": x.target, "phase": x.phase}
+
+
+def _pg(y: PgImp) -> JSON:
+    return {
+        "host": None if y.host is None else int(y.host), "landed": sorted(y.landed),
+        "staged": sorted(y.staged), "slot": y.slot,
     }
 
 
@@ -80,6 +91,8 @@ ENCODERS: dict[str, Callable[[ProtocolState], JSON]] = {
     "spill": lambda s: [_spill(sp) for sp in s.spill],
     **{v: _ranked(v) for v in RANKED},
     "gpuData": lambda s: list(s.gpu_data),
+    "imp": lambda s: {r: _imp(s.imp_of(r)) for r in s.req},
+    "pg": lambda s: [[_page(p), _pg(s.pg_of(p))] for p in s.loc],
 }
 
 # The variables each action writes (those not in its UNCHANGED clause), its injected
@@ -96,7 +109,7 @@ def encode(s: ProtocolState, var: str) -> JSON:
 # changed ranks); the rest (sets and sequences, all small) whole.
 DELTA_VARS: tuple[str, ...] = (
     "req", "loc", "gpuOwner", "srcPin", "hostState", "hostKey", "prefix", "spill",
-    *RANKED, "gpuData",
+    *RANKED, "gpuData", "imp", "pg",
 )
 _LISTS: dict[str, Callable[[ProtocolState], list[Any]]] = {
     "gpuOwner": lambda s: s.gpu_owner,
@@ -164,6 +177,10 @@ class Observer:
             return dict(s.req)
         if var == "loc":
             return dict(s.loc)
+        if var == "imp":
+            return dict(s.imp)
+        if var == "pg":
+            return dict(s.pg)
         return {k: frozenset(hs) for k, hs in s.prefix.items()}
 
     def _delta(self, s: ProtocolState, var: str) -> JSON:
@@ -186,6 +203,10 @@ class Observer:
             return {r: new.get(r, "new") for r in _changed_keys(old, new, "new")}
         if var == "loc":
             return [[_page(p), _loc(new.get(p))] for p in _changed_keys(old, new, None)]
+        if var == "imp":
+            return {r: _imp(new.get(r, NO_IMP)) for r in _changed_keys(old, new, NO_IMP)}
+        if var == "pg":
+            return [[_page(p), _pg(new.get(p, NO_PG))] for p in _changed_keys(old, new, NO_PG)]
         empty: frozenset[int] = frozenset()
         return {k: sorted(new.get(k, empty)) for k in _changed_keys(old, new, empty)}
 

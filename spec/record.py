@@ -32,6 +32,9 @@ def machine_trace(m: ProtocolMachine) -> Trace:
         backing=cfg.backing,
         writer=cfg.writer,
         bug=cfg.bug,
+        imports=sorted(m.declared_imports or ()),
+        chunks=cfg.chunks,
+        staging_slots=cfg.staging_slots,
     )
     steps = tuple(
         TraceStep.model_validate(

@@ -21,7 +21,11 @@ Key = str
 Page = tuple[RequestId, int]
 Tier = Literal["gpu", "host"]
 Loc = tuple[Tier, int]
-ReqState = Literal["new", "running", "finished", "aborted"]
+ReqState = Literal["new", "importing", "running", "finished", "aborted"]
+ImportTarget = Literal["none", "device", "host"]
+ImportPhase = Literal["none", "announced", "landing", "landed", "failed"]
+# an import whose destinations are leased and not yet returned or published
+LIVE_IMPORT = frozenset({"landing", "landed", "failed"})
 HostState = Literal["free", "leased", "valid"]
 Phase = Literal["sent", "enqueued", "abandoned"]
 
@@ -57,6 +61,28 @@ class Spill(NamedTuple):
     transfer_id: int
     enq: frozenset[int] = frozenset()
     need: frozenset[int] = frozenset()
+
+
+class Imp(NamedTuple):
+    """A request's import (the spec's imp[r]): its landing target, chosen once, and its
+    phase ("landed"/"failed": the worker's ack in flight)."""
+
+    target: ImportTarget
+    phase: ImportPhase
+
+
+class PgImp(NamedTuple):
+    """A page's import (the spec's pg[p]): its host source block (None: NoLoc), the
+    chunks at its destination, the chunks in its staging slot, whether it holds one."""
+
+    host: int | None
+    landed: frozenset[int]
+    staged: frozenset[int]
+    slot: bool
+
+
+NO_IMP = Imp("none", "none")
+NO_PG = PgImp(None, frozenset(), frozenset(), False)
 
 
 class Transfer(NamedTuple):
@@ -106,6 +132,14 @@ class ProtocolState:
     # the bytes, abstractly: the GPU pool (the same on every rank), each physical host pool
     gpu_data: list[Key] = field(default_factory=list)
     host_data: dict[int, list[Key]] = field(default_factory=dict)  # copier rank -> its pool
+    # P/D import: the entries that are not NoImp / NoPg (absent: the Init value), so
+    # they cost O(live imports); ``imports`` is the spec's constant Imports
+    imp: dict[RequestId, Imp] = field(default_factory=dict)
+    pg: dict[Page, PgImp] = field(default_factory=dict)
+    imports: set[RequestId] = field(default_factory=set)
+    # auxiliary: the GPU block an importing page holds (the spec's GpuOf), until
+    # completion (a mirrored or device page then has it in ``loc``) or failure
+    imp_gpu: dict[Page, int] = field(default_factory=dict)
     # auxiliary (not spec variables): transfer ID allocation and lookup
     next_transfer_id: int = 0
     transfer_dst: dict[int, int] = field(default_factory=dict)
@@ -161,6 +195,16 @@ class ProtocolState:
 
     def pages(self) -> list[Page]:
         return [p for r in self.page_keys for p in self.pages_of(r)]
+
+    def imp_of(self, r: RequestId) -> Imp:
+        return self.imp.get(r, NO_IMP)
+
+    def pg_of(self, p: Page) -> PgImp:
+        return self.pg.get(p, NO_PG)
+
+    def slots(self) -> int:
+        """Staging slots in use (the spec's Cardinality(Slots)). O(import pages)."""
+        return sum(1 for x in self.pg.values() if x.slot)
 
     def host_in_use(self) -> int:
         return sum(1 for s in self.host_state if s != "free")

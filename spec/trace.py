@@ -25,6 +25,8 @@ from hisparse.spec.catalogue import (
     ARG_MODELS,
     CATALOGUE,
     HostBlockArgs,
+    PageArgs,
+    PageChunkArgs,
     RankArgs,
     RankHostBlockArgs,
     RequestArgs,
@@ -36,6 +38,7 @@ from hisparse.spec.tracetypes import (
     MAX_INT,
     MAX_RANKS,
     BlockId,
+    Chunk,
     Data,
     Frozen,
     HostState,
@@ -110,11 +113,20 @@ class TraceHeader(Frozen):
     backing: Literal["private", "shared"] = "private"
     writer: Rank = 0
     bug: Name = "none"
+    # P/D import (docs/pd-import.md): the requests that arrive with prefill KV (the
+    # spec's Imports), chunks of a page, staging slots
+    imports: list[Name] = Field(default_factory=list)
+    chunks: int = Field(default=1, ge=1, le=MAX_INT)
+    staging_slots: int = Field(default=1, ge=1, le=MAX_INT)
 
     @model_validator(mode="after")
     def _no_sentinels(self) -> TraceHeader:
         if self.writer >= self.ranks:
             raise ValueError(f"writer {self.writer} is not a rank of 0..{self.ranks - 1}")
+        if not set(self.imports) <= set(self.requests):
+            raise ValueError("imports names a request the header does not declare")
+        if self.imports and self.ranks != 1:
+            raise ValueError("imports are modelled on one rank")
         for r, keys in self.requests.items():
             for name in (r, *keys):
                 if name in SENTINELS:
@@ -142,6 +154,9 @@ class TraceHeader(Frozen):
             self.backing,
             self.writer,
             self.bug,
+            tuple(sorted(self.imports)),
+            self.chunks,
+            self.staging_slots,
         )
 
     def copiers(self) -> list[int]:
@@ -170,6 +185,23 @@ class SpillRecord(Frozen):
     phase: Literal["sent", "enqueued", "abandoned"]
     enq: list[Rank]
     need: list[Rank]
+
+
+class ImpRecord(Frozen):
+    """A request's P/D import (``imp[r]``): its landing target and phase."""
+
+    target: Literal["none", "device", "host"]
+    phase: Literal["none", "announced", "landing", "landed", "failed"]
+
+
+class PgRecord(Frozen):
+    """A page's P/D import (``pg[p]``): its host block (null: NoLoc), the chunks at its
+    destination and in its staging slot, whether it holds one."""
+
+    host: BlockId | None
+    landed: list[Chunk]
+    staged: list[Chunk]
+    slot: bool
 
 
 class TransferRecord(Frozen):
@@ -217,6 +249,8 @@ class TracePost(Frozen):
     wDone: dict[Rank, list[BlockId]] | None = None
     gpuData: dict[BlockId, Data] | None = None
     hostData: dict[Rank, dict[BlockId, Data]] | None = None
+    imp: dict[Name, ImpRecord] | None = None
+    pg: list[tuple[Page, PgRecord]] | None = None
 
     def reported(self) -> list[str]:
         """Names of the variables this post-state reports, in spec order."""
@@ -282,8 +316,10 @@ def step_problem(h: TraceHeader, s: TraceStep, dom: HeaderDomain | None = None) 
     a, p = s.args, s.post
     if isinstance(a, RequestArgs) and a.request not in dom.requests:
         return f"unknown request {a.request!r}"
-    if isinstance(a, SpillArgs) and tuple(a.page) not in pages:
+    if isinstance(a, SpillArgs | PageArgs | PageChunkArgs) and tuple(a.page) not in pages:
         return f"unknown page {list(a.page)}"
+    if isinstance(a, PageChunkArgs) and a.chunk > h.chunks:
+        return f"chunk {a.chunk} out of range"
     if isinstance(a, SpillArgs | HostBlockArgs | RankHostBlockArgs) and a.host_block not in host:
         return f"host block {a.host_block} out of range"
     if isinstance(a, TransferArgs) and (a.src not in gpu or a.dst not in host):

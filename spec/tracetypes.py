@@ -17,11 +17,12 @@ MAX_RANKS = 256
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 BlockId = Annotated[int, Field(ge=0, le=MAX_INT)]
 Rank = Annotated[int, Field(ge=0, lt=MAX_RANKS)]  # a tensor-parallel rank, 0-based
+Chunk = Annotated[int, Field(ge=1, le=MAX_INT)]  # a chunk of an imported page, 1-based
 Page = tuple[Name, Annotated[int, Field(ge=1, le=MAX_INT)]]
 Loc = tuple[Literal["gpu", "host"], BlockId]
 # Bytes held by a block: a key, "empty" or "garbage" (checked against the header).
 Data = Name
-ReqState = Literal["new", "running", "finished", "aborted"]
+ReqState = Literal["new", "importing", "running", "finished", "aborted"]
 HostState = Literal["free", "leased", "valid"]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hisparse.spec.lifecycle import TRANSFER
-from hisparse.spec.state import GARBAGE, HostBlock, Meta, Page, Tier
+from hisparse.spec.state import GARBAGE, HostBlock, ImportTarget, Meta, Page, Tier
 
 if TYPE_CHECKING:
     from hisparse.spec.machine import ProtocolMachine
@@ -195,3 +195,45 @@ def worker_forgets_published(m: ProtocolMachine, src: int, dst: int, w: int) -> 
 def loss_path_ignores_gaps(m: ProtocolMachine, w: int) -> bool:
     """WorkerLoss runs only for a restart: a rank with a noticed gap is never recovered."""
     return not m.state.lost[w]
+
+
+# -- P/D import (docs/pd-import.md; model pd) ------------------------------------------
+
+
+def retarget_on_retry(m: ProtocolMachine, r: str) -> ImportTarget:
+    """AdmitImport recomputes the target from the pools of the retry."""
+    return m.target_for(r)
+
+
+def staging_unbounded(m: ProtocolMachine) -> bool:
+    """LeaseStaging ignores the staging pool's bound."""
+    return True
+
+
+def release_before_mirror(m: ProtocolMachine, p: Page) -> bool:
+    """ReleaseStaging does not wait for the mirror of an immediately needed page."""
+    return True
+
+
+def report_partial_page(m: ProtocolMachine, r: str) -> bool:
+    """The worker reports an import done once every page has some chunk copied (and
+    drops its slots with the report)."""
+    s = m.state
+    pages = [(r, i) for i in range(1, len(s.page_keys[r]) + 1)]
+    if not all(s.pg_of(p).landed for p in pages):
+        return False
+    for p in pages:
+        y = s.pg_of(p)
+        if y.slot or y.staged:
+            s.pg[p] = y._replace(slot=False, staged=frozenset())
+    return True
+
+
+def fail_keeps_host_blocks(m: ProtocolMachine) -> bool:
+    """FailImport leaves the import's host blocks leased (its pages still name them)."""
+    return False
+
+
+def import_done_unreported(m: ProtocolMachine, r: str) -> bool:
+    """The worker never reports an import done."""
+    return False

@@ -36,6 +36,9 @@ def make_machine(
     backing: str = "private",
     writer: int = 0,
     machine_class: type[ProtocolMachine] | None = None,
+    chunks: int = 1,
+    staging_slots: int = 1,
+    imports: dict[str, tuple[str, ...]] | None = None,
 ) -> ProtocolMachine:
     """A machine with ``universe``'s requests declared (``machine_class``: a test's
     subclass, for a config without an injected bug)."""
@@ -48,12 +51,16 @@ def make_machine(
         backing=backing,  # type: ignore[arg-type]
         writer=writer,
         bug=bug,
+        chunks=chunks,
+        staging_slots=staging_slots,
     )
     if machine_class is None:
         m = ProtocolMachine.create(cfg, record=record)
     else:
         m = machine_class(cfg, record=record)
-    for r, keys in (universe or UNIVERSE).items():
+    for r, keys in (imports or {}).items():  # requests that arrive with prefill KV
+        m.add_import(r, keys)
+    for r, keys in (UNIVERSE if universe is None else universe).items():
         m.add_request(r, keys)
     return m
 
@@ -196,9 +203,10 @@ def legal_moves(
     declared, else ``UNIVERSE``) may be declared again (``add_request``)."""
     s = m.state
     moves: list[tuple[str, tuple[Any, ...]]] = []
+    imported = m.declared_imports or set()
     for r, keys in (universe or m.declared or UNIVERSE).items():
         if r not in s.page_keys:
-            moves.append(("add_request", (r, keys)))
+            moves.append(("add_import" if r in imported else "add_request", (r, keys)))
     for action in CATALOGUE:
         guard = GUARDS.get(action.name)
         for args in arguments(s, action.domain, action.ranked):

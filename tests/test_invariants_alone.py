@@ -22,6 +22,7 @@ from hisparse.spec.invariants import INVARIANTS, PROPERTIES, TypeOK, check_invar
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import (
     HostBlock,
+    Imp,
     Meta,
     ProtocolState,
     ReqState,
@@ -305,6 +306,70 @@ CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
 }
 
 
+# P/D import (docs/pd-import.md): r1 imports two pages of two chunks into the host tier
+# (r2 holds one of the two GPU blocks), or onto the device; each corruption is one field
+# of the import state.
+def _import_machine(target: str, landed: bool) -> ProtocolMachine:
+    m = ProtocolMachine.create(ProtocolConfig(
+        gpu_blocks=2 if target == "host" else 3, host_pool_bytes=9, host_block_bytes=2,
+        chunks=2, staging_slots=1))
+    m.add_import("r1", ("k1", "k2"))
+    m.add_request("r2", ("k3",))
+    if target == "host":
+        m.Arrive("r2")
+    m.ImportArrive("r1")
+    assert m.ChooseTarget("r1") == target
+    m.AdmitImport("r1")
+    if landed:
+        while (moves := [f for n, f in m.enabled() if n != "CompleteImport"]):
+            moves[0]()
+        assert m.state.imp["r1"].phase == "landed"
+    return m
+
+
+def _two_slots(m: ProtocolMachine) -> None:
+    for i in (1, 2):
+        m.state.pg[("r1", i)] = m.state.pg[("r1", i)]._replace(slot=True)
+
+
+def _done_with_a_chunk_missing(m: ProtocolMachine) -> None:
+    y = m.state.pg[("r1", 1)]
+    m.state.pg[("r1", 1)] = y._replace(landed=frozenset({1}))
+
+
+def _done_before_the_mirror(m: ProtocolMachine) -> None:
+    m.state.gpu_data[m.state.imp_gpu[("r1", 2)]] = "garbage"
+
+
+def _device_import_claims_host(m: ProtocolMachine) -> None:
+    m.state.imp["r1"] = m.state.imp["r1"]._replace(target="host")
+
+
+def _slot_after_completion(m: ProtocolMachine) -> None:
+    m.CompleteImport("r1")
+    m.state.pg[("r1", 1)] = m.state.pg[("r1", 1)]._replace(slot=True)
+
+
+IMPORT_CORRUPTIONS: dict[str, tuple[str, bool, Callable[[ProtocolMachine], None], set[str]]] = {
+    "two_staging_slots": ("host", False, _two_slots, {"StagingBounded"}),
+    "done_with_a_chunk_missing": ("host", True, _done_with_a_chunk_missing,
+                                  {"ImportPublishedComplete"}),
+    "done_before_the_mirror": ("host", True, _done_before_the_mirror, {"MirrorBeforeRead"}),
+    "device_import_claims_host": ("device", False, _device_import_claims_host,
+                                  {"ImportTargetStable"}),
+    "slot_after_completion": ("host", True, _slot_after_completion, {"NoImportLeak"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMPORT_CORRUPTIONS))
+def test_import_corruption_is_caught_by_exactly_its_twin(name: str) -> None:
+    target, landed, corrupt, expected = IMPORT_CORRUPTIONS[name]
+    m = _import_machine(target, landed)
+    assert failing(m.state) == set()
+    corrupt(m)
+    assert failing(m.state) == expected
+
+
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
 def test_corruption_is_caught_by_exactly_its_twins(name: str) -> None:
     corrupt, expected = CORRUPTIONS[name]
@@ -329,6 +394,7 @@ def test_prefix_naming_a_block_outside_the_pool_is_a_type_error(h: int) -> None:
 
 def test_every_twin_alone_catches_some_corruption() -> None:
     alone = {next(iter(e)) for _, e in CORRUPTIONS.values() if len(e) == 1}
+    alone |= {next(iter(e)) for *_, e in IMPORT_CORRUPTIONS.values() if len(e) == 1}
     assert alone == set(INVARIANTS)
 
 
@@ -355,6 +421,11 @@ BUG_FAILS: dict[str, set[str]] = {
     "worker_applies_replay": {"ReplayNotExecuted"},
     "worker_forgets_published": {"PublishedPageStable", "NoPublishBeforeComplete"},
     "worker_skips_gap": {"GapsDetected"},
+    "retarget_on_retry": {"ImportTargetStable"},
+    "staging_unbounded": {"StagingBounded"},
+    "release_before_mirror": {"MirrorBeforeRead"},
+    "report_partial_page": {"ImportPublishedComplete"},
+    "fail_keeps_host_blocks": {"NoImportLeak"},
 }
 
 
@@ -451,7 +522,12 @@ def _finished_not_retired(s: ProtocolState) -> None:
     _not_retired(s, "r1", "finished")
 
 
+def _import_left_landing(s: ProtocolState) -> None:
+    s.imp["r0"] = Imp("device", "landing")
+
+
 PROPERTY_CORRUPTIONS: dict[str, tuple[Callable[[ProtocolState], None], set[str]]] = {
+    "import_left_landing": (_import_left_landing, {"ImportsEnd"}),
     "transfer_left_open": (_transfer_left_open, {"TransfersComplete"}),
     "pin_left_behind": (_pin_left_behind, {"LeasesReleased"}),
     "lease_left_behind": (_lease_left_behind, {"LeasesReleased"}),
@@ -504,6 +580,8 @@ PROPERTY_BUG_FAILS = {
     "batched_done_before_enqueued": {"TransfersComplete", "LeasesReleased"},
     "abort_keeps_resident_blocks": {"AbortedFreed", "EndedRetired"},
     "retire_waits_for_host_pages": {"EndedRetired"},
+    # the import's host blocks stay leased with it
+    "import_done_unreported": {"ImportsEnd", "LeasesReleased"},
 }
 
 

@@ -95,11 +95,12 @@ def test_messages_are_frozen() -> None:
 def test_trusted_equals_validated(ts: list[SparseKVPageTransfer], done: list[int]) -> None:
     """``trusted`` (the hot path's constructor) builds what validation builds, frozen."""
     meta = trusted(HiSparseConnectorMetadata, transfers=tuple(ts), replacements=(), seq=None,
-                   since=None, epoch=None)
+                   since=None, epoch=None, imports=(), import_aborts=())
     assert meta == HiSparseConnectorMetadata(transfers=tuple(ts))
     assert CONNECTOR_METADATA.validate_json(meta.model_dump_json()) == meta
     ack = trusted(HiSparseWorkerMeta, enqueued=(), completed=tuple(done), rank=0, seq=None,
-                  since=None, epoch=None)
+                  since=None, epoch=None, imports_landed=(), imports_done=(),
+                  imports_failed=())
     assert ack == HiSparseWorkerMeta(completed=tuple(done))
     with pytest.raises(ValidationError):
         ack.enqueued = (1,)
@@ -145,7 +146,8 @@ def test_named_trusted_constructors_equal_validated(
     ack = trusted_worker_meta((), tuple(done))
     assert ack == HiSparseWorkerMeta(completed=tuple(done))
     assert WORKER_META.validate_json(ack.model_dump_json()) == ack
-    assert ack.model_fields_set == {"enqueued", "completed", "rank", "seq", "since", "epoch"}
+    assert ack.model_fields_set == {"enqueued", "completed", "rank", "seq", "since", "epoch",
+                                    "imports_landed", "imports_done", "imports_failed"}
     ranked = trusted_worker_meta(tuple(done), (), rank)
     assert ranked == HiSparseWorkerMeta(enqueued=tuple(done), rank=rank)
     assert WORKER_META.validate_json(ranked.model_dump_json()) == ranked
@@ -158,4 +160,4 @@ def test_trusted_needs_every_field_and_no_other() -> None:
         trusted(HiSparseWorkerMeta, enqueued=(1,))
     with pytest.raises(TypeError, match="needs exactly"):
         trusted(HiSparseWorkerMeta, enqueued=(), completed=(), rank=0, seq=None, since=None,
-                epoch=None, extra=1)
+                epoch=None, imports_landed=(), imports_done=(), imports_failed=(), extra=1)

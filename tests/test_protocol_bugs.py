@@ -295,7 +295,93 @@ def _loss_path_ignores_gaps(bug: str) -> ProtocolMachine:
     return m
 
 
+def _pd(bug: str, gpu_blocks: int = 3) -> ProtocolMachine:
+    """P/D import (model pd): r1 imports two pages of two chunks each, one staging slot;
+    r2 is an ordinary one-page request."""
+    return make_machine(bug, gpu_blocks=gpu_blocks, host_pool_bytes=9, chunks=2,
+                        staging_slots=1, imports={"r1": ("k1", "k2")},
+                        universe={"r2": ("k3",)})
+
+
+def _host_import(bug: str) -> ProtocolMachine:
+    """r2 holds one of two GPU blocks, so r1 lands in the host tier."""
+    m = _pd(bug, gpu_blocks=2)
+    m.Arrive("r2")
+    m.ImportArrive("r1")
+    assert m.ChooseTarget("r1") == "host"
+    m.AdmitImport("r1")
+    return m
+
+
+def _retarget_on_retry(bug: str) -> ProtocolMachine:
+    m = _pd(bug, gpu_blocks=2)
+    m.Arrive("r2")
+    m.ImportArrive("r1")
+    assert m.ChooseTarget("r1") == "host"
+    m.Finish("r2")  # the GPU pool is free again when r1 is admitted
+    m.AdmitImport("r1")  # the correct one keeps "host"; the bug lands on the device
+    m.drain()
+    return m
+
+
+def _staging_unbounded(bug: str) -> ProtocolMachine:
+    m = _host_import(bug)
+    m.LeaseStaging(("r1", 1))
+    if bug == "staging_unbounded":
+        m.LeaseStaging(("r1", 2))  # the one slot is in use: refused without the bug
+    m.drain()
+    return m
+
+
+def _release_before_mirror(bug: str) -> ProtocolMachine:
+    m = _host_import(bug)
+    p = ("r1", 2)  # the final page: mirrored
+    m.LeaseStaging(p)
+    m.LandChunk(p, 1)
+    m.LandChunk(p, 2)
+    m.CopyToHost(p)
+    if bug != "release_before_mirror":
+        m.MirrorPage(p)
+    m.ReleaseStaging(p)  # without the mirror: refused unless the bug
+    m.drain()
+    return m
+
+
+def _report_partial_page(bug: str) -> ProtocolMachine:
+    m = _pd(bug)
+    m.ImportArrive("r1")
+    assert m.ChooseTarget("r1") == "device"
+    m.AdmitImport("r1")
+    m.LandChunk(("r1", 1), 1)
+    m.LandChunk(("r1", 2), 2)
+    if bug == "report_partial_page":
+        m.ReportImport("r1")  # half of each page landed: refused without the bug
+    m.drain()
+    return m
+
+
+def _fail_keeps_host_blocks(bug: str) -> ProtocolMachine:
+    m = _host_import(bug)
+    m.LeaseStaging(("r1", 1))
+    m.LandChunk(("r1", 1), 1)
+    m.ImportError("r1")  # the prefiller died mid-transfer
+    m.drain()
+    return m
+
+
+def _import_done_unreported(bug: str) -> ProtocolMachine:
+    m = _host_import(bug)
+    m.drain()  # every page lands; the done ack never comes with the bug
+    return m
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "import_done_unreported": _import_done_unreported,
+    "retarget_on_retry": _retarget_on_retry,
+    "staging_unbounded": _staging_unbounded,
+    "release_before_mirror": _release_before_mirror,
+    "report_partial_page": _report_partial_page,
+    "fail_keeps_host_blocks": _fail_keeps_host_blocks,
     "host_id_as_gpu_index": _host_id_as_gpu_index,
     "double_allocation": _double_allocation,
     "abort_frees_inflight_host": _abort_frees_inflight_host,

@@ -159,3 +159,25 @@ def test_long_random_walks_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None
     assert result.longest >= 300
     print(f"{len(paths)} walks, {result.steps} steps, longest {result.longest}, "
           f"TLC {result.tlc_seconds:.1f} s")
+
+
+def test_import_traces_are_accepted(tmp_path: Path, tlc: TlcInstall) -> None:
+    """Random walks with P/D imports (both targets, failures, aborts, worker loss) mixed
+    into the other actions, recorded and replayed by TLC (docs/pd-import.md)."""
+    from tests.protocol_helpers import random_walk
+
+    paths: list[Path] = []
+    for seed in range(40):
+        m = make_machine(gpu_blocks=2, host_pool_bytes=9, chunks=2, staging_slots=1,
+                         record=True, imports={"i1": ("k1", "k2"), "i2": ("k2",)},
+                         universe={"r1": ("k1",), "r2": ("k3",)})
+        random_walk(m, 60, seed)
+        m.drain()
+        path = tmp_path / f"i{seed:03d}.jsonl"
+        write_trace(path, machine_trace(m))
+        paths.append(path)
+    actions = {s.action for p in paths for s in read_trace(p).steps}
+    assert {"AdmitImport", "MirrorPage", "CompleteImport", "FailImport", "ImportError"} <= actions
+    result = check_traces(paths, install=tlc)
+    bad = [v.line() for v in result.rejected]
+    assert result.accepted and not bad, bad

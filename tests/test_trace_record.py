@@ -34,7 +34,15 @@ def _canon(var: str, value: Any) -> Any:
         return {tuple(p): w for p, w in value if w is not None}
     if var == "prefix":
         return {k: hs for k, hs in value.items() if hs}
+    if var == "imp":
+        return {r: x for r, x in value.items() if x != NO_IMP}
+    if var == "pg":
+        return {tuple(p): y for p, y in value if y != NO_PG}
     return value
+
+
+NO_IMP: dict[str, Any] = {"target": "none", "phase": "none"}
+NO_PG: dict[str, Any] = {"host": None, "landed": [], "staged": [], "slot": False}
 
 
 def full_state(s: ProtocolState) -> JSON:
@@ -50,8 +58,11 @@ def apply(state: JSON, post: JSON) -> None:
             for p, w in change:
                 state["loc"][tuple(p)] = w
             state["loc"] = {p: w for p, w in state["loc"].items() if w is not None}
-        elif var in ("req", "prefix"):
+        elif var in ("req", "prefix", "imp"):
             state[var] = _canon(var, {**state[var], **change})
+        elif var == "pg":
+            merged = {**state["pg"], **{tuple(p): y for p, y in change}}
+            state["pg"] = {p: y for p, y in merged.items() if y != NO_PG}
         elif var in NESTED:  # per changed rank, its changed host blocks
             for w, entries in change.items():
                 for i, value in entries.items():

@@ -474,3 +474,54 @@ def test_nixl_err_state_fails_that_import_only(nixl_available: None) -> None:
         assert pool.in_use == 0 and tr.xfers == 0
     finally:
         s.close()
+
+
+# -- destinations: staging leases and registered blocks ------------------------------------
+
+
+def test_block_destinations_are_checked_before_anything_is_held(side: Side) -> None:
+    """A device-target page lands only in registered block memory claimed by no other
+    page, for its own request; every refusal holds nothing and writes nothing."""
+    from hisparse.transport.base import BlockDest
+
+    req = ImportRequest("r", 2 * BLOCK - 3, ROW, BLOCK, _unique("prefiller"))
+    pages = _pages(21, req)
+    pool = StagingPool(2 * PAGE, 2, PAGE)
+    peer = side.prefiller(req.prefiller, pages)
+    tr = side.transport(pool)
+    side.connect(tr, peer)
+    blocks = np.full((4, PAGE), 0xCC, np.uint8)  # four blocks of device memory
+    unregistered = np.zeros((1, PAGE), np.uint8)
+    tr.register(blocks)
+    base = int(blocks.ctypes.data)
+    ann = peer.announce("r", req.num_tokens, ROW, BLOCK)
+    handle = tr.begin(req, ann)
+    bad = {
+        "another request's": [BlockDest("other", (base,))],
+        "unregistered": [BlockDest("r", (int(unregistered.ctypes.data),))],
+        "past the region": [BlockDest("r", (base + 3 * PAGE + 1,))],
+        "two layers for one": [BlockDest("r", (base, base + PAGE))],
+    }
+    for why, dests in bad.items():
+        with pytest.raises(AnnouncementRefused) as info:
+            tr.bind(handle, 0, dests)
+        assert info.value.reason == "destination", why
+        assert not handle.bound(0)
+    tr.bind(handle, 0, [BlockDest("r", (base + 2 * PAGE,))])
+    with pytest.raises(AnnouncementRefused):  # claimed by page 0 already
+        tr.bind(handle, 1, [BlockDest("r", (base + 2 * PAGE,))])
+    tr.bind(handle, 1, [BlockDest("r", (base,))])
+    tr.wait(handle)
+    assert handle.done
+    assert np.array_equal(blocks[2], pages[0])
+    want = pages[1].copy()
+    want[(BLOCK - 3) * ROW:] = 0xCC  # past the valid rows: as it was (the runner zeroes it)
+    assert np.array_equal(blocks[0], want)
+    assert (blocks[[1, 3]] == 0xCC).all() and not pool.buffer.any()
+    tr.finish(handle)  # drops the claims: the blocks can be claimed again
+    h2 = tr.begin(req, ann)
+    tr.bind(h2, 0, [BlockDest("r", (base + 2 * PAGE,))])
+    tr.abort(h2)
+    tr.wait(h2)
+    tr.finish(h2)
+    assert not tr.live

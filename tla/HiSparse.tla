@@ -81,6 +81,15 @@ CONSTANTS
 ASSUME HostBlockBytes > 0 /\ HostPoolBytes >= 0
 ASSUME Writer \in Ranks /\ Backing \in {"private", "shared"}
 
+\* P/D import (docs/pd-import.md). Definitions, not CONSTANTS, so a model without
+\* imports binds nothing new: a model with imports (MC_pd) overrides them in its cfg.
+\* Imports: the requests that arrive with prefill KV from a prefill engine.
+\* Chunks: the chunks of one page (a transport READ moves one chunk).
+\* StagingSlots: the decoder's staging pool, in slots of one page each.
+Imports == {}
+Chunks == {1}
+StagingSlots == 1
+
 \* A page is the pair <<r, i>> (request r's i-th page, 1-based); it is read and built
 \* only through PageReq, PageIdx and PageAt. Trace validation binds these, Pages,
 \* PagesOf, KeyOf and the sentinels below to integer identities in its cfg
@@ -110,6 +119,13 @@ Empty == "empty"      \* bytes of a block nothing wrote
 Garbage == "garbage"  \* bytes unrelated work wrote
 Data == Keys \cup {Empty, Garbage}
 NoSpill == [src |-> "none", page |-> NoPage, phase |-> "none", enq |-> {}, need |-> {}]
+\* An import's state per request (the landing target, chosen once, and its phase) and
+\* per page (its host source block, chunks at the destination, chunks in its staging
+\* slot, whether it holds one); outside an import, these.
+NoImp == [target |-> "none", phase |-> "none"]
+NoPg == [host |-> NoLoc, landed |-> {}, staged |-> {}, slot |-> FALSE]
+\* an import whose destinations are leased and not yet returned or published
+LiveImport == {"landing", "landed", "failed"}
 
 \* The realized pool is rounded down to whole host blocks.
 HostCapacity == HostPoolBytes \div HostBlockBytes
@@ -128,10 +144,14 @@ Transfers == [src : GpuBlocks, dst : HostBlocks]   \* SparseKVPageTransfer
 Spills == [src : GpuBlocks, page : Pages, phase : {"sent", "enqueued", "abandoned"},
            enq : SUBSET Ranks, need : SUBSET Ranks]
 WorkerMeta == [enq : SUBSET HostBlocks, done : SUBSET HostBlocks]
+Imp == [target : {"none", "device", "host"},
+        phase : {"none", "announced", "landing", "landed", "failed"}]
+PgImp == [host : {NoLoc} \cup {<<"host", h>> : h \in HostBlocks}, landed : SUBSET Chunks,
+          staged : SUBSET Chunks, slot : BOOLEAN]
 
 VARIABLES
     \* scheduler: requests and the block table
-    req,        \* [Requests -> {"new", "running", "finished", "aborted"}]
+    req,        \* [Requests -> {"new", "importing", "running", "finished", "aborted"}]
     loc,        \* [Pages -> Loc]: the block-table entry of each logical page
     \* scheduler: HMA's device pool and the coordinator's leases
     gpuOwner,   \* [GpuBlocks -> Pages \cup {NoPage}]: resident lease (NoPage = free in HMA)
@@ -153,13 +173,19 @@ VARIABLES
     wDone,      \* [Ranks -> SUBSET HostBlocks]: completed, not yet reported
     \* the bytes
     gpuData,    \* [GpuBlocks -> Data]: the same on every rank
-    hostData    \* [Copiers -> [HostBlocks -> Data]]: each physical host pool
+    hostData,   \* [Copiers -> [HostBlocks -> Data]]: each physical host pool
+    \* P/D import: the scheduler's target and phase per request (the phases "landed"
+    \* and "failed" are the worker's ack in flight), the pages' destinations and the
+    \* worker's chunks and staging slots
+    imp,        \* [Requests -> Imp]
+    pg          \* [Pages -> PgImp]
 
 schedVars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill>>
 workerVars == <<copying, waits, reading, wEnq, wDone>>
 netVars == <<lost>>
+impVars == <<imp, pg>>
 vars == <<req, loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
-          down, up, lost, copying, waits, reading, wEnq, wDone, gpuData, hostData>>
+          down, up, lost, copying, waits, reading, wEnq, wDone, gpuData, hostData, imp, pg>>
 
 Init ==
     /\ req = [r \in Requests |-> "new"]
@@ -180,6 +206,8 @@ Init ==
     /\ wDone = [w \in Ranks |-> {}]
     /\ gpuData = [g \in GpuBlocks |-> Empty]
     /\ hostData = [b \in Copiers |-> [h \in HostBlocks |-> Empty]]
+    /\ imp = [r \in Requests |-> NoImp]
+    /\ pg = [p \in Pages |-> NoPg]
 
 -----------------------------------------------------------------------------
 (* Derived views used by actions and invariants. *)
@@ -206,8 +234,10 @@ InFlightBlocks ==
                 \cup UNION {up[w][i].enq \cup up[w][i].done : i \in 1..Len(up[w])}
                 : w \in Ranks}
 
-\* Some protocol artifact still names a page of request r.
+\* Some protocol artifact still names a page of request r (an import in flight holds
+\* its destinations).
 Referenced(r) ==
+    \/ imp[r].phase \in LiveImport
     \/ \E p \in PagesOf(r) : loc[p] # NoLoc
     \/ \E g \in GpuBlocks : gpuOwner[g] \in PagesOf(r)
     \/ \E h \in HostBlocks : spill[h].page \in PagesOf(r)
@@ -239,6 +269,7 @@ Scribble(D) == [b \in Copiers |-> [h \in HostBlocks |->
 \* use, so as LET names they were recomputed per page and per block (see MetaConsumed).
 ArriveWith(r, hosts, blocks) ==
     /\ req[r] = "new"
+    /\ r \notin Imports   \* an imported request comes through ImportArrive
     /\ Len(hosts) <= HitLen(r)
     /\ \E m \in {Len(hosts)}, Mine \in {PagesOf(r)},
           Cand \in {IF Bug = "double_allocation" THEN GpuBlocks ELSE FreeGpu} :
@@ -256,7 +287,7 @@ ArriveWith(r, hosts, blocks) ==
                                 IF g \in Used THEN PageAt(r, m + Holder(g)) ELSE gpuOwner[g]]
              /\ gpuData' = [g \in GpuBlocks |->
                                IF g \in Used THEN PageKeys[r][m + Holder(g)] ELSE gpuData[g]]
-    /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up, netVars,
+    /\ UNCHANGED <<impVars, srcPin, hostState, hostKey, prefix, spill, down, up, netVars,
                    workerVars, hostData>>
 
 Arrive(r) ==
@@ -286,7 +317,7 @@ StartSpill(p, h) ==
                 /\ UNCHANGED srcPin
            ELSE /\ srcPin' = [srcPin EXCEPT ![g] = TRUE]
                 /\ UNCHANGED <<loc, gpuOwner, gpuData>>
-    /\ UNCHANGED <<req, prefix, up, netVars, workerVars, hostData>>
+    /\ UNCHANGED <<impVars, req, prefix, up, netVars, workerVars, hostData>>
 
 \* The effects of enqueued acks: the transfers of E are enqueued on every
 \* rank, so their block-table entries move to the host and their phase
@@ -374,15 +405,17 @@ ConsumeMeta(w) ==
           /\ prefix' = n.prefix
           /\ hostData' = n.hostData
     /\ up' = [up EXCEPT ![w] = Tail(@)]
-    /\ UNCHANGED <<req, down, netVars, workerVars>>
+    /\ UNCHANGED <<impVars, req, down, netVars, workerVars>>
 
 \* A request ends. Its block-table entries go; unpinned resident blocks go
-\* back to HMA; pinned ones wait for their enqueued acks.
+\* back to HMA; pinned ones wait for their enqueued acks; an importing request's
+\* destinations wait for the worker's ack of its abort (FailImport returns them).
 EndRequest(r, how) ==
     /\ req' = [req EXCEPT ![r] = how]
     /\ \E Mine \in {PagesOf(r)} :  \* bound once, as in ArriveWith
        /\ loc' = [p \in Pages |-> IF p \in Mine THEN NoLoc ELSE loc[p]]
        /\ \E Freed \in {IF how = "aborted" /\ Bug = "abort_keeps_resident_blocks" THEN {}
+                        ELSE IF req[r] = "importing" THEN {}
                         ELSE {g \in GpuBlocks : gpuOwner[g] \in Mine /\ ~srcPin[g]}} :
           /\ gpuOwner' = [g \in GpuBlocks |-> IF g \in Freed THEN NoPage ELSE gpuOwner[g]]
           /\ gpuData' = [g \in GpuBlocks |-> IF g \in Freed THEN Garbage ELSE gpuData[g]]
@@ -390,12 +423,13 @@ EndRequest(r, how) ==
 Finish(r) ==
     /\ req[r] = "running"
     /\ EndRequest(r, "finished")
-    /\ UNCHANGED <<srcPin, hostState, hostKey, prefix, spill, down, up, netVars,
+    /\ UNCHANGED <<impVars, srcPin, hostState, hostKey, prefix, spill, down, up, netVars,
                    workerVars, hostData>>
 
-\* Aborts may come at any moment, also while the request's copies are in flight.
+\* Aborts may come at any moment, also while the request's copies or its import are
+\* in flight (the import's abort goes to the worker, whose ImportError acks it).
 Abort(r) ==
-    /\ req[r] \in {"new", "running"}
+    /\ req[r] \in {"new", "importing", "running"}
     /\ EndRequest(r, "aborted")
     /\ IF Bug = "abort_frees_inflight_host"
        THEN LET Mine == {h \in HostBlocks : spill[h].page \in PagesOf(r)} IN
@@ -403,7 +437,7 @@ Abort(r) ==
             /\ hostKey' = [h \in HostBlocks |-> IF h \in Mine THEN NoKey ELSE hostKey[h]]
             /\ spill' = [h \in HostBlocks |-> IF h \in Mine THEN NoSpill ELSE spill[h]]
        ELSE UNCHANGED <<hostState, hostKey, spill>>
-    /\ UNCHANGED <<srcPin, prefix, down, up, netVars, workerVars, hostData>>
+    /\ UNCHANGED <<impVars, srcPin, prefix, down, up, netVars, workerVars, hostData>>
 
 \* Drop a published host page nobody references (host-pool pressure).
 EvictHost(h) ==
@@ -414,7 +448,7 @@ EvictHost(h) ==
     /\ prefix' = IF Bug = "evict_keeps_index" THEN prefix
                  ELSE [prefix EXCEPT ![hostKey[h]] = @ \ {h}]
     /\ hostData' = Scribble({h})
-    /\ UNCHANGED <<req, loc, gpuOwner, srcPin, spill, down, up, netVars,
+    /\ UNCHANGED <<impVars, req, loc, gpuOwner, srcPin, spill, down, up, netVars,
                    workerVars, gpuData>>
 
 \* An ended request that nothing references leaves the protocol state: its
@@ -427,8 +461,214 @@ Retire(r) ==
     /\ Bug = "retire_waits_for_host_pages" =>
           \A h \in HostBlocks : hostKey[h] \notin {KeyOf(p) : p \in PagesOf(r)}
     /\ req' = [req EXCEPT ![r] = "new"]
+    /\ imp' = [imp EXCEPT ![r] = NoImp]
+    /\ pg' = [p \in Pages |-> IF PageReq(p) = r THEN NoPg ELSE pg[p]]
     /\ UNCHANGED <<loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
                    down, up, netVars, workerVars, gpuData, hostData>>
+
+-----------------------------------------------------------------------------
+(* P/D import (docs/pd-import.md): a request's prefill KV arrives from a prefill  *)
+(* engine. The scheduler chooses the landing target once, leases the            *)
+(* destinations, and publishes on the worker's done ack; the worker moves the   *)
+(* bytes chunk by chunk through its bounded staging pool. One rank (ASSUME).    *)
+
+ASSUME Imports \subseteq Requests /\ (Imports # {} => Cardinality(Ranks) = 1)
+
+\* The pages a decode step needs resident (the final page: the one writable page).
+Mirrored(p) == PageIdx(p) = Len(PageKeys[PageReq(p)])
+\* The GPU block an importing page holds (its destination, or its mirror).
+GpuOf(p) == CHOOSE g \in GpuBlocks : gpuOwner[g] = p
+\* The admission calculation: every page fits the free GPU pool; or the host-backed
+\* footprint (the mirrored page's GPU block, a host block per page) fits.
+DeviceFits(r) == Len(PageKeys[r]) <= Cardinality(FreeGpu)
+HostFits(r) == /\ 1 <= Cardinality(FreeGpu)
+               /\ Cardinality(HostInUse) + Len(PageKeys[r]) <= HostCapacity
+TargetFor(r) == IF DeviceFits(r) THEN "device" ELSE "host"
+Slots == {p \in Pages : pg[p].slot}
+\* an import's chunks are all at the destination and its slot is back
+PageDone(p) == pg[p].landed = Chunks /\ ~pg[p].slot
+
+\* r arrives with its prefill KV announced: its pages and their keys (PageKeys[r]).
+ImportArrive(r) ==
+    /\ r \in Imports
+    /\ req[r] = "new"
+    /\ imp[r].phase = "none"
+    /\ imp' = [imp EXCEPT ![r].phase = "announced"]
+    /\ UNCHANGED <<pg, schedVars, down, up, netVars, workerVars, gpuData, hostData>>
+
+\* The landing target, chosen once (at the first admission attempt) from the
+\* admission calculation; kept across every retry.
+ChooseTarget(r) ==
+    /\ req[r] = "new"
+    /\ imp[r].phase = "announced"
+    /\ imp[r].target = "none"
+    /\ imp' = [imp EXCEPT ![r].target = TargetFor(r)]
+    /\ UNCHANGED <<pg, schedVars, down, up, netVars, workerVars, gpuData, hostData>>
+
+\* The chosen target's destinations fit: lease them and send the ImportCommand.
+\* Device: a GPU block per page. Host: a host block per page (leased, claiming the
+\* page's key, not published) and the mirrored page's GPU block. Otherwise the
+\* request waits (this action is not enabled) and retries with the same target.
+AdmitImport(r) ==
+    /\ req[r] = "new"
+    /\ imp[r].phase = "announced"
+    /\ imp[r].target # "none"
+    /\ \E t \in {IF Bug = "retarget_on_retry" THEN TargetFor(r) ELSE imp[r].target},
+          Mine \in {PagesOf(r)} :
+       LET n == Len(PageKeys[r]) IN
+       /\ IF t = "device"
+          THEN /\ DeviceFits(r)
+               /\ \E blocks \in [1..n -> FreeGpu] :
+                  /\ Cardinality({blocks[i] : i \in 1..n}) = n
+                  /\ gpuOwner' = [g \in GpuBlocks |->
+                                    IF \E i \in 1..n : blocks[i] = g
+                                    THEN PageAt(r, CHOOSE i \in 1..n : blocks[i] = g)
+                                    ELSE gpuOwner[g]]
+                  /\ UNCHANGED <<hostState, hostKey, pg>>
+          ELSE /\ HostFits(r)
+               /\ \E hosts \in [1..n -> {h \in HostBlocks : hostState[h] = "free"}],
+                     g \in FreeGpu :
+                  /\ Cardinality({hosts[i] : i \in 1..n}) = n
+                  /\ gpuOwner' = [gpuOwner EXCEPT ![g] = PageAt(r, n)]
+                  /\ hostState' = [h \in HostBlocks |->
+                                     IF \E i \in 1..n : hosts[i] = h THEN "leased"
+                                     ELSE hostState[h]]
+                  /\ hostKey' = [h \in HostBlocks |->
+                                   IF \E i \in 1..n : hosts[i] = h
+                                   THEN PageKeys[r][CHOOSE i \in 1..n : hosts[i] = h]
+                                   ELSE hostKey[h]]
+                  /\ pg' = [p \in Pages |->
+                              IF p \in Mine THEN [NoPg EXCEPT !.host = <<"host", hosts[PageIdx(p)]>>]
+                              ELSE pg[p]]
+    /\ req' = [req EXCEPT ![r] = "importing"]
+    /\ imp' = [imp EXCEPT ![r].phase = "landing"]
+    /\ UNCHANGED <<loc, srcPin, prefix, spill, down, up, netVars, workerVars, gpuData,
+                   hostData>>
+
+\* The worker leases a staging slot for a host-target page; none is left: refused.
+LeaseStaging(p) ==
+    /\ imp[PageReq(p)].phase = "landing"
+    /\ imp[PageReq(p)].target = "host"
+    /\ ~pg[p].slot
+    /\ pg[p].landed # Chunks
+    /\ Bug = "staging_unbounded" \/ Cardinality(Slots) < StagingSlots
+    /\ pg' = [pg EXCEPT ![p].slot = TRUE]
+    /\ UNCHANGED <<imp, schedVars, down, up, netVars, workerVars, gpuData, hostData>>
+
+\* Chunk c of page p lands: in its staging slot (host), or in its GPU page (device),
+\* whose bytes are the page's only once every chunk is there.
+LandChunk(p, c) ==
+    /\ imp[PageReq(p)].phase = "landing"
+    /\ IF imp[PageReq(p)].target = "host"
+       THEN /\ pg[p].slot
+            /\ c \notin pg[p].staged
+            /\ pg' = [pg EXCEPT ![p].staged = @ \cup {c}]
+            /\ UNCHANGED gpuData
+       ELSE /\ c \notin pg[p].landed
+            /\ pg' = [pg EXCEPT ![p].landed = @ \cup {c}]
+            /\ gpuData' = [gpuData EXCEPT ![GpuOf(p)] =
+                              IF pg[p].landed \cup {c} = Chunks THEN KeyOf(p) ELSE Garbage]
+    /\ UNCHANGED <<imp, schedVars, down, up, netVars, workerVars, hostData>>
+
+\* The staged chunks are copied into the page's host block (its bytes are the
+\* page's only once every chunk was staged).
+CopyToHost(p) ==
+    /\ imp[PageReq(p)].phase = "landing"
+    /\ pg[p].slot
+    /\ pg[p].staged # pg[p].landed
+    /\ pg' = [pg EXCEPT ![p].landed = pg[p].staged]
+    /\ hostData' = [b \in Copiers |-> [hostData[b] EXCEPT ![pg[p].host[2]] =
+                       IF pg[p].staged = Chunks THEN KeyOf(p) ELSE Garbage]]
+    /\ UNCHANGED <<imp, schedVars, down, up, netVars, workerVars, gpuData>>
+
+\* A page needed immediately, complete in staging, is copied into its resident GPU block.
+MirrorPage(p) ==
+    /\ imp[PageReq(p)].phase = "landing"
+    /\ imp[PageReq(p)].target = "host"
+    /\ Mirrored(p)
+    /\ pg[p].slot
+    /\ pg[p].staged = Chunks
+    /\ gpuData[GpuOf(p)] # KeyOf(p)
+    /\ gpuData' = [gpuData EXCEPT ![GpuOf(p)] = KeyOf(p)]
+    /\ UNCHANGED <<impVars, schedVars, down, up, netVars, workerVars, hostData>>
+
+\* The slot goes back once every chunk is in the host block and the mirror ran.
+ReleaseStaging(p) ==
+    /\ imp[PageReq(p)].phase = "landing"
+    /\ pg[p].slot
+    /\ pg[p].landed = Chunks
+    /\ IF Bug = "release_before_mirror" \/ ~Mirrored(p) THEN TRUE
+       ELSE gpuData[GpuOf(p)] = KeyOf(p)
+    /\ pg' = [pg EXCEPT ![p].slot = FALSE, ![p].staged = {}]
+    /\ UNCHANGED <<imp, schedVars, down, up, netVars, workerVars, gpuData, hostData>>
+
+\* Every page landed and no slot is held: the done ack goes up (imports_done).
+ReportImport(r) ==
+    /\ imp[r].phase = "landing"
+    /\ Bug # "import_done_unreported"
+    /\ IF Bug = "report_partial_page"
+       THEN /\ \A p \in PagesOf(r) : pg[p].landed # {}
+            /\ pg' = [p \in Pages |-> IF PageReq(p) = r
+                                      THEN [pg[p] EXCEPT !.slot = FALSE, !.staged = {}]
+                                      ELSE pg[p]]
+       ELSE /\ \A p \in PagesOf(r) : PageDone(p)
+            /\ UNCHANGED pg
+    /\ imp' = [imp EXCEPT ![r].phase = "landed"]
+    /\ UNCHANGED <<schedVars, down, up, netVars, workerVars, gpuData, hostData>>
+
+\* The transport fails (NIXL error, the prefiller gone, an announcement refused) or
+\* the import's abort reaches the worker: its slots and staged chunks go, the failed
+\* ack goes up (imports_failed).
+ImportError(r) ==
+    /\ imp[r].phase = "landing"
+    /\ imp' = [imp EXCEPT ![r].phase = "failed"]
+    /\ pg' = [p \in Pages |-> IF PageReq(p) = r
+                              THEN [pg[p] EXCEPT !.slot = FALSE, !.staged = {}]
+                              ELSE pg[p]]
+    /\ UNCHANGED <<schedVars, down, up, netVars, workerVars, gpuData, hostData>>
+
+\* The done ack: the host pages become valid and are published (prefix-indexed),
+\* the block table names every page (the mirrored one at its resident block), and
+\* the request decodes.
+CompleteImport(r) ==
+    /\ imp[r].phase = "landed"
+    /\ req[r] = "importing"
+    /\ \E Mine \in {PagesOf(r)} :
+       \E Hosts \in {{pg[p].host[2] : p \in {q \in Mine : pg[q].host # NoLoc}}} :
+       /\ loc' = [p \in Pages |->
+                    IF p \notin Mine THEN loc[p]
+                    ELSE IF pg[p].host = NoLoc \/ Mirrored(p) THEN <<"gpu", GpuOf(p)>>
+                    ELSE pg[p].host]
+       /\ hostState' = [h \in HostBlocks |-> IF h \in Hosts THEN "valid" ELSE hostState[h]]
+       /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Hosts : hostKey[h] = k}]
+       /\ pg' = [p \in Pages |-> IF p \in Mine THEN [pg[p] EXCEPT !.host = NoLoc] ELSE pg[p]]
+    /\ req' = [req EXCEPT ![r] = "running"]
+    /\ imp' = [imp EXCEPT ![r].phase = "none"]
+    /\ UNCHANGED <<gpuOwner, srcPin, hostKey, spill, down, up, netVars, workerVars, gpuData,
+                   hostData>>
+
+\* The failed ack, or a done ack of an aborted request: nothing is published; every
+\* host block and GPU block of the import goes back; the request ends aborted.
+FailImport(r) ==
+    /\ \/ imp[r].phase = "failed"
+       \/ imp[r].phase = "landed" /\ req[r] = "aborted"
+    /\ \E Mine \in {PagesOf(r)} :
+       \E Hosts \in {{pg[p].host[2] : p \in {q \in Mine : pg[q].host # NoLoc}}},
+          Gpus \in {{g \in GpuBlocks : gpuOwner[g] \in Mine}} :
+       /\ gpuOwner' = [g \in GpuBlocks |-> IF g \in Gpus THEN NoPage ELSE gpuOwner[g]]
+       /\ gpuData' = [g \in GpuBlocks |-> IF g \in Gpus THEN Garbage ELSE gpuData[g]]
+       /\ IF Bug = "fail_keeps_host_blocks"
+          THEN UNCHANGED <<hostState, hostKey, hostData>>
+          ELSE /\ hostState' = [h \in HostBlocks |-> IF h \in Hosts THEN "free" ELSE hostState[h]]
+               /\ hostKey' = [h \in HostBlocks |-> IF h \in Hosts THEN NoKey ELSE hostKey[h]]
+               /\ hostData' = Scribble(Hosts)
+       /\ pg' = [p \in Pages |->
+                   IF p \notin Mine THEN pg[p]
+                   ELSE IF Bug = "fail_keeps_host_blocks" THEN [NoPg EXCEPT !.host = pg[p].host]
+                   ELSE NoPg]
+    /\ req' = [req EXCEPT ![r] = "aborted"]
+    /\ imp' = [imp EXCEPT ![r].phase = "none"]
+    /\ UNCHANGED <<loc, srcPin, prefix, spill, down, up, netVars, workerVars>>
 
 -----------------------------------------------------------------------------
 (* Worker actions, each on one rank. *)
@@ -454,14 +694,14 @@ WorkerEnqueue(w, t) ==
                         THEN waits
                         ELSE [waits EXCEPT ![w] = @ \cup {t.dst}]
             /\ UNCHANGED copying
-    /\ UNCHANGED <<schedVars, up, reading, wDone, gpuData, hostData>>
+    /\ UNCHANGED <<impVars, schedVars, up, reading, wDone, gpuData, hostData>>
 
 \* Injected defect: a received command is lost.
 WorkerDrop(w, t) ==
     /\ Bug = "worker_drops_transfer"
     /\ t \in down[w]
     /\ down' = [down EXCEPT ![w] = @ \ {t}]
-    /\ UNCHANGED <<schedVars, up, netVars, workerVars, gpuData, hostData>>
+    /\ UNCHANGED <<impVars, schedVars, up, netVars, workerVars, gpuData, hostData>>
 
 \* Rank w's copy reaches its event: the bytes land in its host pool, and
 \* reader streams waiting on that event are released.
@@ -471,7 +711,7 @@ WorkerComplete(w, h) ==
     /\ copying' = [copying EXCEPT ![w][h] = Idle]
     /\ wDone' = [wDone EXCEPT ![w] = @ \cup {h}]
     /\ waits' = [v \in Ranks |-> waits[v] \ {h}]
-    /\ UNCHANGED <<schedVars, down, up, netVars, reading, wEnq, gpuData>>
+    /\ UNCHANGED <<impVars, schedVars, down, up, netVars, reading, wEnq, gpuData>>
 
 \* Rank w reports every ack not yet reported: acks may be late, batched
 \* across steps, and carry enqueued and completed for one transfer together.
@@ -483,7 +723,7 @@ WorkerReport(w) ==
     /\ up' = [up EXCEPT ![w] = <<[enq |-> wEnq[w], done |-> wDone[w]]>>]
     /\ wEnq' = [wEnq EXCEPT ![w] = {}]
     /\ wDone' = [wDone EXCEPT ![w] = {}]
-    /\ UNCHANGED <<schedVars, down, netVars, copying, waits, reading, gpuData, hostData>>
+    /\ UNCHANGED <<impVars, schedVars, down, netVars, copying, waits, reading, gpuData, hostData>>
 
 \* Reader rank w of a shared pool queues a decode step: its kernels read the
 \* host blocks of the running requests' host pages, in its stream, until
@@ -494,7 +734,7 @@ WorkerRead(w) ==
     /\ reading' = [reading EXCEPT ![w] = @ \cup
                       {loc[p][2] : p \in {q \in Pages : req[PageReq(q)] = "running"
                                                       /\ loc[q][1] = "host"}}]
-    /\ UNCHANGED <<schedVars, down, up, netVars, copying, waits, wEnq, wDone, gpuData,
+    /\ UNCHANGED <<impVars, schedVars, down, up, netVars, copying, waits, wEnq, wDone, gpuData,
                    hostData>>
 
 \* Reader rank w's queued reads have finished (its read-done event has
@@ -502,7 +742,7 @@ WorkerRead(w) ==
 WorkerReadsDone(w) ==
     /\ reading[w] # {}
     /\ reading' = [reading EXCEPT ![w] = {}]
-    /\ UNCHANGED <<schedVars, down, up, netVars, copying, waits, wEnq, wDone, gpuData,
+    /\ UNCHANGED <<impVars, schedVars, down, up, netVars, copying, waits, wEnq, wDone, gpuData,
                    hostData>>
 
 \* Loss of rank w: its worker restarts, or a metadata message to or from it
@@ -553,7 +793,9 @@ LossRecovered(w) ==
         prefix |-> [k \in Keys |-> prefix[k] \cup {h \in Publish : hostKey[h] = k}],
         hostData |-> Scribble(Free)]
 
-\* Rank w is lost; the coordinator recovers in the same step (LossRecovered).
+\* Rank w is lost; the coordinator recovers in the same step (LossRecovered). The
+\* worker's imports die with it: their slots and staged chunks are gone, and every
+\* import in flight fails (a done ack not yet consumed is lost with the meta).
 WorkerLoss(w) ==
     /\ Bug = "loss_path_ignores_gaps" => ~lost[w]
     /\ down' = [down EXCEPT ![w] = {}]
@@ -570,6 +812,9 @@ WorkerLoss(w) ==
           /\ hostKey' = n.hostKey
           /\ prefix' = n.prefix
           /\ hostData' = n.hostData
+    /\ imp' = [r \in Requests |-> IF imp[r].phase \in {"landing", "landed"}
+                                  THEN [imp[r] EXCEPT !.phase = "failed"] ELSE imp[r]]
+    /\ pg' = [p \in Pages |-> [pg[p] EXCEPT !.slot = FALSE, !.staged = {}]]
     /\ UNCHANGED <<req, loc, copying, waits, reading>>
 
 -----------------------------------------------------------------------------
@@ -602,7 +847,7 @@ IgnoreReplay(w, t) ==
                              THEN [copying EXCEPT ![w][t.dst] = gpuData[t.src]]
                              ELSE copying
           ELSE UNCHANGED <<wEnq, copying>>
-    /\ UNCHANGED <<schedVars, down, up, lost, waits, reading, wDone, gpuData, hostData>>
+    /\ UNCHANGED <<impVars, schedVars, down, up, lost, waits, reading, wDone, gpuData, hostData>>
 
 \* A connector metadata to rank w carrying command t never arrives: the gap
 \* shows at the rank's next metadata (one goes every step).
@@ -610,14 +855,14 @@ LoseCommand(w, t) ==
     /\ t \in down[w]
     /\ down' = [down EXCEPT ![w] = @ \ {t}]
     /\ lost' = [lost EXCEPT ![w] = TRUE]
-    /\ UNCHANGED <<schedVars, up, workerVars, gpuData, hostData>>
+    /\ UNCHANGED <<impVars, schedVars, up, workerVars, gpuData, hostData>>
 
 \* Rank w's worker meta in flight never arrives: the gap shows at its next.
 LoseMeta(w) ==
     /\ up[w] # <<>>
     /\ up' = [up EXCEPT ![w] = <<>>]
     /\ lost' = [lost EXCEPT ![w] = TRUE]
-    /\ UNCHANGED <<schedVars, down, workerVars, gpuData, hostData>>
+    /\ UNCHANGED <<impVars, schedVars, down, workerVars, gpuData, hostData>>
 
 \* A receiver notices rank w's gap (the next message is numbered above the
 \* one expected): it refuses it and the engine runs the worker-loss path.
@@ -632,21 +877,26 @@ Quiescent ==
 
 SchedulerNext ==
     \/ \E r \in Requests : Arrive(r) \/ Finish(r) \/ Abort(r)
+    \/ \E r \in Requests : ImportArrive(r) \/ ChooseTarget(r) \/ AdmitImport(r)
+    \/ \E r \in Requests : CompleteImport(r) \/ FailImport(r)
     \/ \E p \in Pages, h \in HostBlocks : StartSpill(p, h)
     \/ \E w \in Ranks : ConsumeMeta(w)
     \/ \E h \in HostBlocks : EvictHost(h)
     \/ \E r \in Requests : Retire(r)
 
 WorkerNext ==
-    \E w \in Ranks :
-        \/ \E t \in down[w] : WorkerEnqueue(w, t) \/ WorkerDrop(w, t)
-        \/ \E h \in HostBlocks : WorkerComplete(w, h)
-        \/ WorkerReport(w)
-        \/ WorkerRead(w) \/ WorkerReadsDone(w)
-        \/ WorkerLoss(w)
-        \/ \E t \in down[w] : LoseCommand(w, t)
-        \/ \E t \in Transfers : IgnoreReplay(w, t)
-        \/ LoseMeta(w)
+    \/ \E w \in Ranks :
+          \/ \E t \in down[w] : WorkerEnqueue(w, t) \/ WorkerDrop(w, t)
+          \/ \E h \in HostBlocks : WorkerComplete(w, h)
+          \/ WorkerReport(w)
+          \/ WorkerRead(w) \/ WorkerReadsDone(w)
+          \/ WorkerLoss(w)
+          \/ \E t \in down[w] : LoseCommand(w, t)
+          \/ \E t \in Transfers : IgnoreReplay(w, t)
+          \/ LoseMeta(w)
+    \/ \E p \in Pages : LeaseStaging(p) \/ CopyToHost(p) \/ MirrorPage(p) \/ ReleaseStaging(p)
+    \/ \E p \in Pages, c \in Chunks : LandChunk(p, c)
+    \/ \E r \in Requests : ReportImport(r) \/ ImportError(r)
 
 Next == SchedulerNext \/ WorkerNext \/ Quiescent
 
@@ -664,6 +914,14 @@ Fairness ==
           /\ WF_vars(ConsumeMeta(w))
           /\ WF_vars(GapNoticed(w))
     /\ \A r \in Requests : WF_vars(Retire(r))
+    \* the worker's import steps and the scheduler's consumption of its acks
+    /\ \A p \in Pages : /\ SF_vars(LeaseStaging(p))
+                       /\ WF_vars(CopyToHost(p))
+                       /\ WF_vars(MirrorPage(p))
+                       /\ WF_vars(ReleaseStaging(p))
+                       /\ \A c \in Chunks : WF_vars(LandChunk(p, c))
+    /\ \A r \in Requests : WF_vars(ReportImport(r)) /\ WF_vars(CompleteImport(r))
+                          /\ WF_vars(FailImport(r))
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -671,7 +929,7 @@ Spec == Init /\ [][Next]_vars /\ Fairness
 (* Safety invariants. Each has a Python twin of the same name. *)
 
 TypeOK ==
-    /\ req \in [Requests -> {"new", "running", "finished", "aborted"}]
+    /\ req \in [Requests -> {"new", "importing", "running", "finished", "aborted"}]
     /\ loc \in [Pages -> Loc]
     /\ gpuOwner \in [GpuBlocks -> Pages \cup {NoPage}]
     /\ srcPin \in [GpuBlocks -> BOOLEAN]
@@ -689,6 +947,8 @@ TypeOK ==
     /\ wDone \in [Ranks -> SUBSET HostBlocks]
     /\ gpuData \in [GpuBlocks -> Data]
     /\ hostData \in [Copiers -> [HostBlocks -> Data]]
+    /\ imp \in [Requests -> Imp]
+    /\ pg \in [Pages -> PgImp]
 
 \* No GPU block backs two block-table entries; no host block is free while
 \* a transfer naming it is still in flight (its ID would be reused).
@@ -704,13 +964,15 @@ NoDoubleOwnership ==
     /\ LET F == InFlightBlocks
        IN \A h \in HostBlocks : hostState[h] = "free" => h \notin F
 
-\* Source and destination leases are held only by an open transfer.
+\* Source and destination leases are held only by an open transfer (a host block
+\* also by the import it is the destination of).
 \* (\E h : spill[h].src = g /\ spill[h].phase = "sent" is g \in SentSrc: the set of the
 \* sent transfers' sources, built once, so the check is O(blocks), not GPU x host blocks.)
 NoLeaseLeaked ==
     /\ LET SentSrc == {spill[h].src : h \in {x \in HostBlocks : spill[x].phase = "sent"}}
        IN \A g \in GpuBlocks : srcPin[g] => g \in SentSrc
-    /\ \A h \in HostBlocks : hostState[h] = "leased" => spill[h] # NoSpill
+    /\ LET Imported == {pg[p].host[2] : p \in {q \in Pages : pg[q].host # NoLoc}}
+       IN \A h \in HostBlocks : hostState[h] = "leased" => spill[h] # NoSpill \/ h \in Imported
 
 \* Until its copy is enqueued on every rank, a source block stays leased,
 \* pinned and intact.
@@ -805,6 +1067,46 @@ GapsDetected ==
             \/ h \in wEnq[w]
             \/ \E i \in 1..Len(up[w]) : h \in up[w][i].enq
 
+\* P/D import. The staging slots in use never exceed the pool's.
+StagingBounded == Cardinality(Slots) <= StagingSlots
+
+\* The done ack (which publishes the host pages and makes the request decodable) is
+\* sent only once every chunk of every page is at its destination; a running
+\* imported request has all its bytes; an importing host page is never published
+\* before its import completes.
+ImportPublishedComplete ==
+    /\ \A r \in {x \in Imports : imp[x].phase = "landed"
+                                \/ (req[x] = "running" /\ imp[x].target # "none")} :
+          \A p \in PagesOf(r) : pg[p].landed = Chunks
+    /\ \A p \in Pages : pg[p].host # NoLoc => hostState[pg[p].host[2]] = "leased"
+
+\* A mirrored page holds its bytes at its resident destination by the time its host
+\* import is reported done, before the request can decode (LivePagesReadable then
+\* keeps it readable).
+MirrorBeforeRead ==
+    \A r \in {x \in Imports : imp[x].target = "host" /\ imp[x].phase = "landed"
+                             /\ req[x] = "importing"} :
+        LET p == PageAt(r, Len(PageKeys[r])) IN gpuData[GpuOf(p)] = KeyOf(p)
+
+\* An import lands where the target chosen for it says, whatever the pools were at
+\* its admission: host blocks for every page iff the target is "host".
+ImportTargetStable ==
+    \A r \in {x \in Imports : imp[x].phase \in LiveImport} :
+        /\ imp[r].target # "none"
+        /\ (imp[r].target = "host") = (\A p \in PagesOf(r) : pg[p].host # NoLoc)
+
+\* Nothing of an import outlives it: only a landing import holds staging slots; only
+\* a live import holds host blocks as its destinations; an ended imported request's
+\* GPU blocks are pinned sources or a live import's.
+NoImportLeak ==
+    /\ \A p \in Slots : imp[PageReq(p)].phase = "landing"
+    /\ \A p \in Pages : pg[p].host # NoLoc => imp[PageReq(p)].phase \in LiveImport
+    /\ \A g \in GpuBlocks :
+          /\ gpuOwner[g] \in Pages
+          /\ PageReq(gpuOwner[g]) \in Imports
+          /\ req[PageReq(gpuOwner[g])] \in {"finished", "aborted"}
+          => srcPin[g] \/ imp[PageReq(gpuOwner[g])].phase \in LiveImport
+
 -----------------------------------------------------------------------------
 (* Liveness under worker fairness. *)
 
@@ -827,4 +1129,9 @@ AbortedFreed ==
 \* Every ended request eventually retires (leaves the protocol state).
 EndedRetired ==
     \A r \in Requests : (req[r] \in {"finished", "aborted"}) ~> (req[r] = "new")
+
+\* Every admitted import ends, completed or failed, and returns its staging slots.
+ImportsEnd ==
+    /\ \A r \in Requests : (imp[r].phase = "landing") ~> (imp[r].phase = "none")
+    /\ \A p \in Pages : pg[p].slot ~> ~pg[p].slot
 =============================================================================

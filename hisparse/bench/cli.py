@@ -287,15 +287,23 @@ def _nixl_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--page-kib", type=positive_int, default=64, help="KiB per page")
     p.add_argument("--chunk-pages", type=positive_int, default=64, help="pages per NIXL READ")
     p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions")
+    p.add_argument("--staging-slots", type=int, default=0,
+                   help="also import the pages through the import runner over a staging "
+                        "pool of this many page slots (0: not measured)")
 
 
 def _nixl(args: argparse.Namespace) -> dict[str, Any]:
     from hisparse.bench import nixl
 
-    doc = nixl.run(args.mib, args.page_kib, args.chunk_pages, args.reps)
+    if args.staging_slots < 0:
+        raise BenchFailed("--staging-slots must be 0 or more")
+    doc = nixl.run(args.mib, args.page_kib, args.chunk_pages, args.reps, args.staging_slots)
     print(f"{doc['environment']}\n{doc['bytes']} bytes in {doc['pages']} pages: NIXL READ "
           f"{doc['nixl_GBps']:.2f} GB/s, memcpy {doc['memcpy_GBps']:.2f} GB/s "
           f"({doc['nixl_vs_memcpy']:.0%} of memcpy)")
+    if "staged_import_GBps" in doc:
+        print(f"staged import through {doc['staging_slots']} slots: "
+              f"{doc['staged_import_GBps']:.2f} GB/s ({doc['staged_vs_memcpy']:.0%} of memcpy)")
     return doc
 
 

@@ -27,7 +27,7 @@ from hisparse.tlc.signals import held, latched
 
 # tp / tpshared: two tensor-parallel ranks, private host pools / one shared pool;
 # suffix: the indexer suffix rule (tla/IndexerSuffix.tla, a companion module)
-MODELS = ("small", "ci", "deep", "tp", "tpshared", "suffix")
+MODELS = ("small", "ci", "deep", "tp", "tpshared", "suffix", "pd")
 SUFFIX = "suffix"  # the companion spec: its own module, constants and bugs
 INJECT_MODULE = "MCInject"
 INJECT_OPERATOR = "InjectedBug"

@@ -16,8 +16,10 @@ from typing import Any
 
 from hisparse.spec.catalogue import ACTIONS, RequestArgs
 from hisparse.spec.trace import (
+    ImpRecord,
     Loc,
     Page,
+    PgRecord,
     SpillRecord,
     TraceHeader,
     TracePost,
@@ -116,6 +118,19 @@ def _meta(m: WorkerMeta, ids: Ids) -> str:
     return record([("enq", hosts(m.enq, ids)), ("done", hosts(m.done, ids))])
 
 
+def _imp(x: ImpRecord) -> str:
+    return record([("target", string(x.target)), ("phase", string(x.phase))])
+
+
+def _pg(y: PgRecord, ids: Ids) -> str:
+    return record([
+        ("host", "NoLoc" if y.host is None else tup([string("host"), host(y.host, ids)])),
+        ("landed", tla_set(str(c) for c in sorted(y.landed))),
+        ("staged", tla_set(str(c) for c in sorted(y.staged))),
+        ("slot", boolean(y.slot)),
+    ])
+
+
 # A function value as (argument, value) pairs, in a fixed order.
 Pairs = list[tuple[str, str]]
 
@@ -187,6 +202,8 @@ def post_fields(p: TracePost, ids: Ids) -> list[tuple[str, str | Pairs]]:
         ("wDone", _ranked(p.wDone, hs)),
         ("gpuData", _blocks(p.gpuData, gpu, ids.data)),
         ("hostData", _nested(p.hostData, ids.data, ids)),
+        ("imp", None if p.imp is None else [(request(r, ids), _imp(x)) for r, x in p.imp.items()]),
+        ("pg", None if p.pg is None else [(page(q, ids), _pg(y, ids)) for q, y in p.pg]),
     ]
     return [(v, d) for v, d in deltas if d is not None]
 
@@ -234,7 +251,7 @@ def _encoders(ids: Ids) -> dict[str, Callable[[Any], str]]:
     """How each catalogue Encoding writes one argument value ("name": a request)."""
     return {
         "name": lambda r: request(r, ids), "page": lambda p: page(p, ids),
-        "gpu": gpu, "host": lambda h: host(h, ids), "rank": rank,
+        "gpu": gpu, "host": lambda h: host(h, ids), "rank": rank, "chunk": str,
     }
 
 
@@ -279,4 +296,7 @@ def constants(h: TraceHeader, ids: Ids) -> list[tuple[str, str]]:
         ("TrWriter", rank(h.writer)),
         ("TrBacking", string(h.backing)),
         ("TrBug", string(h.bug)),
+        ("TrImports", tla_set(request(r, ids) for r in sorted(h.imports))),
+        ("TrChunks", f"1..{h.chunks}"),
+        ("TrStagingSlots", str(h.staging_slots)),
     ]

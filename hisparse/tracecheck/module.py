@@ -199,6 +199,9 @@ def cfg_text(invariants: Sequence[str], *, diagnose: bool = False, handoff: bool
         ("Writer", "TrWriter"),
         ("Backing", "TrBacking"),
         ("Bug", "TrBug"),
+        ("Imports", "TrImports"),
+        ("Chunks", "TrChunks"),
+        ("StagingSlots", "TrStagingSlots"),
         *ints.bindings(),
     ]
     names = [

@@ -32,7 +32,7 @@ _DOMAIN: dict[str, tuple[str]] = {
     "req": ("Requests",), "loc": ("Pages",), "gpuOwner": ("GpuBlocks",),
     "srcPin": ("GpuBlocks",), "hostState": ("HostBlocks",),
     "hostKey": ("HostBlocks",), "prefix": ("Keys",), "spill": ("HostBlocks",),
-    "gpuData": ("GpuBlocks",),
+    "gpuData": ("GpuBlocks",), "imp": ("Requests",), "pg": ("Pages",),
 }
 _INIT: dict[str, str] = {
     "req": '"new"', "loc": "NoLoc", "gpuOwner": "NoPage", "srcPin": "FALSE",
@@ -40,6 +40,7 @@ _INIT: dict[str, str] = {
     "gpuData": "Empty", "down": "{}", "up": "<<>>", "lost": "FALSE", "waits": "{}",
     "reading": "{}",
     "wEnq": "{}", "wDone": "{}", "copying": "Idle", "hostData": "Empty",
+    "imp": "NoImp", "pg": "NoPg",
 }
 
 

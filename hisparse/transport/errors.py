@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class TransportError(Exception):
     """Base of every import-transport error."""
@@ -20,12 +22,18 @@ class AnnouncementRefused(TransportError):
 
 
 class ImportFailed(TransportError):
-    """A request's import failed (prefiller gone, NIXL error); other imports go on."""
+    """A request's import failed (prefiller gone, NIXL error); other imports go on.
 
-    def __init__(self, req_id: str, chunk: int, detail: str) -> None:
+    ``reason`` is the worker meta's ``ImportFailReason``: ``prefiller_lost`` when the
+    transport knows the prefiller is gone, else ``transport`` (a NIXL ``ERR`` does not say
+    why)."""
+
+    def __init__(self, req_id: str, chunk: int, detail: str,
+                 reason: Literal["transport", "prefiller_lost"] = "transport") -> None:
         super().__init__(f"import of request {req_id!r} failed at chunk {chunk}: {detail}")
         self.req_id = req_id
         self.chunk = chunk
+        self.reason: Literal["transport", "prefiller_lost"] = reason
 
 
 class StagingConfigError(ValueError):

@@ -1,9 +1,10 @@
 """What the decoder expects of an import, what a prefiller announces, and the check.
 
-A request of ``num_tokens`` tokens occupies ``ceil(num_tokens / block_size)`` pages of
-``block_size`` rows of ``row_bytes`` each. The final page may hold fewer rows (a prompt
-length that is not a multiple of the block size): only its valid rows are read, and the
-rest of its destination stays as leased (zero). That is a normal case, never an error.
+A request of ``num_tokens`` tokens occupies ``ceil(num_tokens / block_size)`` pages; a
+page holds ``layers`` layer blocks one after another (layer-major), each ``block_size``
+rows of ``row_bytes``. The final page may hold fewer rows (a prompt length that is not a
+multiple of the block size): only its valid rows are read (one segment per layer), and
+the rest of its destination stays zero. That is a normal case, never an error.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from hisparse.transport.errors import AnnouncementRefused
 class ImportRequest:
     """The decoder's own view of a request to import: nothing here comes from the prefiller.
 
-    ``prefiller`` is the NIXL agent name the decoder is configured to import it from.
+    ``prefiller`` is the NIXL agent name the decoder is configured to import it from;
+    ``layers`` the layer blocks of one page (each cache's bytes of the page).
     """
 
     req_id: str
@@ -25,17 +27,35 @@ class ImportRequest:
     row_bytes: int
     block_size: int
     prefiller: str
+    layers: int = 1
 
     def __post_init__(self) -> None:
-        if self.num_tokens < 1 or self.row_bytes < 1 or self.block_size < 1:
+        if min(self.num_tokens, self.row_bytes, self.block_size, self.layers) < 1:
             raise ValueError(
-                f"an import request needs positive tokens, row bytes and block size, got "
-                f"{self.num_tokens}, {self.row_bytes}, {self.block_size}"
+                f"an import request needs positive tokens, row bytes, block size and "
+                f"layers, got {self.num_tokens}, {self.row_bytes}, {self.block_size}, "
+                f"{self.layers}"
             )
 
     @property
-    def page_bytes(self) -> int:
+    def block_bytes(self) -> int:
+        """Bytes of one layer's block of a page."""
         return self.row_bytes * self.block_size
+
+    @property
+    def page_bytes(self) -> int:
+        return self.block_bytes * self.layers
+
+    def valid_rows(self, page: int) -> int:
+        """Rows of page ``page`` that hold KV (the final page may be partly filled)."""
+        if not 0 <= page < self.num_pages:
+            raise IndexError(f"page {page} outside 0..{self.num_pages - 1}")
+        return min(self.block_size, self.num_tokens - page * self.block_size)
+
+    def segments(self, page: int) -> tuple[tuple[int, int], ...]:
+        """(offset in the page, bytes) of each layer's valid rows of page ``page``."""
+        n = self.valid_rows(page) * self.row_bytes
+        return tuple((layer * self.block_bytes, n) for layer in range(self.layers))
 
     @property
     def num_pages(self) -> int:
@@ -43,10 +63,7 @@ class ImportRequest:
 
     def valid_bytes(self, page: int) -> int:
         """Bytes of page ``page`` that hold KV (the final page may be partly filled)."""
-        if not 0 <= page < self.num_pages:
-            raise IndexError(f"page {page} outside 0..{self.num_pages - 1}")
-        rows = min(self.block_size, self.num_tokens - page * self.block_size)
-        return rows * self.row_bytes
+        return self.valid_rows(page) * self.row_bytes * self.layers
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,7 @@ class Announcement:
     row_bytes: int
     block_size: int
     pages: tuple[PageDescriptor, ...]
+    layers: int = 1
 
 
 def check_announcement(ann: Announcement, request: ImportRequest) -> None:
@@ -79,11 +97,14 @@ def check_announcement(ann: Announcement, request: ImportRequest) -> None:
         )
     if ann.req_id != request.req_id:
         raise AnnouncementRefused("request", f"names {ann.req_id!r}, expected {request.req_id!r}")
-    if (ann.row_bytes, ann.block_size) != (request.row_bytes, request.block_size):
+    if (ann.row_bytes, ann.block_size, ann.layers) != (
+        request.row_bytes, request.block_size, request.layers
+    ):
         raise AnnouncementRefused(
             "geometry",
-            f"row bytes {ann.row_bytes} / block size {ann.block_size}, the request has "
-            f"{request.row_bytes} / {request.block_size}",
+            f"row bytes {ann.row_bytes} / block size {ann.block_size} / layers "
+            f"{ann.layers}, the request has {request.row_bytes} / {request.block_size} / "
+            f"{request.layers}",
         )
     if ann.num_tokens != request.num_tokens or len(ann.pages) != request.num_pages:
         raise AnnouncementRefused(

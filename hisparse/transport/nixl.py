@@ -1,10 +1,12 @@
 """The decoder side of a NIXL import: READ announced DRAM pages into staging slots.
 
-The staging pool's buffer is registered once with the decoder's agent; each chunk is one
-NIXL READ whose local descriptors are the leased slots (valid bytes only: a final page
-that is not full reads its valid rows) and whose remote descriptors are the checked
-announcement's. A NIXL exception or an ``ERR`` state (a prefiller gone) fails that
-request's import with ``ImportFailed``; other imports are untouched.
+The staging pool's buffer is registered once with the decoder's agent, block memory (a
+device pool, for the device target) when ``register`` is called; each chunk is one NIXL
+READ whose local descriptors are its checked destinations (valid rows only, one segment
+per layer: a final page that is not full reads its valid rows) and whose remote
+descriptors are the checked announcement's. A NIXL exception or an ``ERR`` state (a
+prefiller gone) fails that request's import with ``ImportFailed``; other imports are
+untouched.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from hisparse.transport.base import ImportHandle, Transport
+from hisparse.transport.base import ImportHandle, Segment, Transport
 from hisparse.transport.errors import AnnouncementRefused, ImportFailed, TransportError
 from hisparse.transport.nixlpeer import load_nixl
 from hisparse.transport.staging import StagingPool
@@ -30,13 +32,9 @@ class NixlTransport(Transport):
         buf = pool.buffer
         self._reg: Any = self.agent.register_memory(
             [(int(buf.ctypes.data), buf.nbytes, 0, "")], "DRAM")
+        self._blocks: dict[int, Any] = {}  # block memory registrations by base address
         self.remotes: set[str] = set()
         self.xfers = 0  # NIXL transfer handles created and not yet released
-
-    @property
-    def registrations(self) -> int:
-        """Memory registrations this agent still holds (0 after ``close``)."""
-        return 0 if self._reg is None else 1
 
     def connect(self, metadata: bytes, expected: str) -> None:
         """Load a prefiller's metadata; one that names another agent is refused and dropped."""
@@ -58,38 +56,50 @@ class NixlTransport(Transport):
                 self.agent.remove_remote_agent(name)
 
     def close(self) -> None:
-        """Drop live imports, remote agents and the staging registration (idempotent)."""
+        """Drop live imports (ended ones), remote agents, block registrations and the
+        staging registration (idempotent)."""
         for handle in list(self.live.values()):
             self.finish(handle)
         for name in list(self.remotes):
             self.disconnect(name)
+        self.deregister_all()
         if self._reg is not None:
             self.agent.deregister_memory(self._reg)
             self._reg = None
 
-    def _prepare(self, handle: ImportHandle) -> list[Any]:
+    @property
+    def registrations(self) -> int:
+        """Memory registrations this agent still holds (0 after ``close``)."""
+        return (0 if self._reg is None else 1) + len(self._blocks)
+
+    def _register(self, buf: Any) -> None:
+        if self._reg is None:
+            raise TransportError("the NIXL transport is closed")
+        self._blocks[int(buf.ctypes.data)] = self.agent.register_memory(
+            [(int(buf.ctypes.data), buf.nbytes, 0, "")], "DRAM")
+
+    def _deregister(self, buf: Any) -> None:
+        reg = self._blocks.pop(int(buf.ctypes.data), None)
+        if reg is not None:
+            self.agent.deregister_memory(reg)
+
+    def _prepare(self, handle: ImportHandle) -> None:
         if self._reg is None:
             raise TransportError("the NIXL transport is closed")
         agent_name = handle.announcement.agent
         if agent_name not in self.remotes:
             raise AnnouncementRefused("agent", f"{agent_name!r} is not connected")
-        req = handle.request
-        xfers: list[Any] = []
+
+    def _bind(self, handle: ImportHandle, chunk: int, segs: list[Segment]) -> Any:
         try:
-            for pages in handle.chunks:
-                local = [(self.pool.address(handle.leases[p].slot), req.valid_bytes(p), 0)
-                         for p in pages]
-                remote = [(handle.announcement.pages[p].addr, req.valid_bytes(p),
-                           handle.announcement.pages[p].dev_id) for p in pages]
-                xfers.append(self.agent.initialize_xfer(
-                    "READ", self.agent.get_xfer_descs(local, "DRAM"),
-                    self.agent.get_xfer_descs(remote, "DRAM"), agent_name))
-                self.xfers += 1
+            xfer = self.agent.initialize_xfer(
+                "READ", self.agent.get_xfer_descs([(a, n, 0) for a, _, n, _ in segs], "DRAM"),
+                self.agent.get_xfer_descs([(r, n, d) for _, r, n, d in segs], "DRAM"),
+                handle.announcement.agent)
         except Exception as exc:  # NIXL refuses descriptors outside registered memory
-            for x in xfers:
-                self._release(x)
             raise AnnouncementRefused("descriptor", f"NIXL refused the READ: {exc}") from exc
-        return xfers
+        self.xfers += 1
+        return xfer
 
     def _post(self, handle: ImportHandle, chunk: int) -> bool:
         try:
@@ -111,9 +121,10 @@ class NixlTransport(Transport):
         return bool(state == "DONE")
 
     def _drop(self, handle: ImportHandle) -> None:
-        for x in handle.tokens:
-            self._release(x)
-        handle.tokens = []
+        for i, dests in enumerate(handle.dests):
+            if dests is None and handle.tokens[i] is not None:
+                self._release(handle.tokens[i])
+                handle.tokens[i] = None
 
     def _release(self, xfer: Any) -> None:
         self.xfers -= 1

@@ -1,7 +1,8 @@
 """A prefiller process over NIXL: registers the KV pages it holds, publishes its metadata.
 
 ``NixlPrefiller`` spawns the process (``spawn``: no inherited UCX state), sends it the
-pages, and gets back its agent metadata and the page addresses it registered. The child
+pages (its buffer, registered once), and gets back its agent metadata and the page
+addresses it registered; ``put`` later places a request's pages in free rows of it. The child
 deregisters its memory before it exits on ``stop``; ``kill`` is the failure a decoder
 must survive. Either way the process is reaped.
 """
@@ -16,6 +17,7 @@ from types import TracebackType
 
 import numpy as np
 
+from hisparse.transport.arena import PageArena
 from hisparse.transport.errors import TransportError
 from hisparse.transport.geometry import Announcement, PageDescriptor
 
@@ -43,7 +45,13 @@ def _serve(name: str, conn: Connection) -> None:
     base = int(pages.ctypes.data)
     reg = agent.register_memory([(base, pages.nbytes, 0, "")], "DRAM")
     conn.send((agent.get_agent_metadata(), base, pages.shape[1], pages.shape[0]))
-    conn.recv()  # stop
+    while True:
+        msg = conn.recv()
+        if msg == "stop":
+            break
+        rows, data = msg  # put: these pages into these rows of the registered buffer
+        pages[rows] = data
+        conn.send("put")
     agent.deregister_memory(reg)
     conn.send("stopped")
 
@@ -70,15 +78,37 @@ class NixlPrefiller:
             self.kill()
             raise TransportError(f"prefiller {name!r} died starting up") from exc
 
+        self.arena = PageArena(self.num_pages)
+
+    def put(self, req_id: str, pages: np.ndarray) -> None:
+        """Hold ``pages`` (one row per page) as request ``req_id``'s prefill KV, in free
+        rows of the registered buffer (the published metadata stays valid)."""
+        if pages.ndim != 2 or pages.shape[1] != self.stride:
+            raise ValueError(f"pages of {pages.shape[1:]} bytes, rows hold {self.stride}")
+        rows = self.arena.put(req_id, pages.shape[0])
+        try:
+            self._conn.send((rows, np.ascontiguousarray(pages, dtype=np.uint8)))
+            if not self._conn.poll(READY_TIMEOUT_S) or self._conn.recv() != "put":
+                raise TransportError(f"prefiller {self.name!r} did not take the pages")
+        except (EOFError, OSError) as exc:
+            self.arena.drop(req_id)
+            raise TransportError(f"prefiller {self.name!r} is gone") from exc
+
+    def drop(self, req_id: str) -> None:
+        self.arena.drop(req_id)
+
     def announce(
-        self, req_id: str, num_tokens: int, row_bytes: int, block_size: int
+        self, req_id: str, num_tokens: int, row_bytes: int, block_size: int, layers: int = 1
     ) -> Announcement:
-        """The honest announcement of all held pages as request ``req_id``."""
+        """The honest announcement of request ``req_id``'s pages (every row if it was
+        never put: one request filling the buffer)."""
+        rows = self.arena.held.get(req_id, range(self.num_pages))
         descs = tuple(
-            PageDescriptor(i, self.base + i * self.stride, self.stride)
-            for i in range(self.num_pages)
+            PageDescriptor(i, self.base + row * self.stride, self.stride)
+            for i, row in enumerate(rows)
         )
-        return Announcement(self.name, req_id, num_tokens, row_bytes, block_size, descs)
+        return Announcement(
+            self.name, req_id, num_tokens, row_bytes, block_size, descs, layers)
 
     def stop(self) -> None:
         """Orderly exit: the child deregisters its pages, then the process is reaped."""
