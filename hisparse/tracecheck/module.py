@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from hisparse.spec.catalogue import CATALOGUE
 from hisparse.spec.observe import DELTA_VARS, NESTED
 from hisparse.spec.trace import POST_FIELDS, Trace
-from hisparse.tracecheck import encode, ints
+from hisparse.tracecheck import delta, encode, ints
 from hisparse.tracecheck.window import HANDOFF_INVARIANT, WindowState
 
 MODULE = "HiSparseTrace"
@@ -37,7 +37,9 @@ def step_action() -> str:
 _REPLAY = """\
 TrStep == Traces[tr][cursor]
 
-TraceInit == {init} /\\ tr \\in 1..Len(Traces) /\\ cursor = 1
+TraceInit ==
+    /\\ {init} /\\ tr \\in 1..Len(Traces) /\\ cursor = 1
+    /\\ trOnGpu = TrOnGpuInit /\\ trOldKey = <<>>
 
 TraceNext ==
     \\/ /\\ cursor <= Len(Traces[tr])
@@ -45,19 +47,23 @@ TraceNext ==
        /\\ MatchPost(TrStep)
        /\\ cursor' = cursor + 1
        /\\ UNCHANGED tr
+       /\\ TrTrack(TrStep)
     \\/ /\\ cursor > Len(Traces[tr])
-       /\\ UNCHANGED <<vars, tr, cursor>>
+       /\\ UNCHANGED <<vars, tr, cursor, {aux}>>
 
 TraceActionEnabled == TrDiagnosed => ENABLED StepAction(TrStep)
 """
 
 
-# A rank-indexed function of host blocks: each changed rank's changed blocks applied to
-# that rank's value. Built with ``@@`` (TLC evaluates it at once into a plain function),
-# not as a function constructor over ``DOMAIN f``, which TLC keeps lazy: every later
-# lookup would redo the merge, through every earlier state's closure.
+# A step's change ``d`` (a function on the entries it wrote) applied to ``f``: the value
+# ``d @@ f``, built with the spec's SetAt (one EXCEPT per written entry) when ``d`` writes
+# inside ``f``'s domain, as it does in every trace a spec step matches. TLC's ``@@``
+# compares every argument of ``f`` with every one of ``d``, and yields a function it then
+# looks up linearly; SetAt costs a copy of ``f`` per entry. ``Nested``: a rank-indexed
+# function of host blocks, each changed rank's change applied to that rank's value.
 _NESTED = """\
-Nested(d, f) == [x \\in DOMAIN d |-> d[x] @@ f[x]] @@ f
+TrApply(f, d) == IF DOMAIN d \\subseteq DOMAIN f THEN SetAt(f, DOMAIN d, d) ELSE d @@ f
+Nested(d, f) == TrApply(f, [x \\in DOMAIN d |-> TrApply(f[x], d[x])])
 """
 
 
@@ -65,13 +71,17 @@ def posted(v: str, e: str) -> str:
     """The post-state of ``v`` that step ``e`` records: its change applied to ``v``."""
     if v in NESTED:
         return f"Nested({e}.post.{v}, {v})"
-    return f"({e}.post.{v} @@ {v})" if v in DELTA_VARS else f"{e}.post.{v}"
+    return f"TrApply({v}, {e}.post.{v})" if v in DELTA_VARS else f"{e}.post.{v}"
 
 
 def match_post() -> str:
-    """``MatchPost(e)``: every variable the step reports has exactly that value next."""
+    """``MatchPost(e)``: every variable the step reports has exactly that value next, and
+    every other one is unchanged (what ``delta`` relies on: a step changes only the
+    entries it reports; the catalogue's writes are always reported, so for the correct
+    spec the action's own UNCHANGED says the same)."""
     lines = [
-        f'    /\\ ("{v}" \\in DOMAIN e.post => {v}\' = {posted(v, "e")})' for v in POST_FIELDS
+        f'    /\\ IF "{v}" \\in DOMAIN e.post THEN {v}\' = {posted(v, "e")} ELSE UNCHANGED {v}'
+        for v in POST_FIELDS
     ]
     return "MatchPost(e) ==\n" + "\n".join(lines) + "\n"
 
@@ -126,6 +136,20 @@ def diagnosed(at: int | None) -> str:
     return f"TrDiagnosed == cursor = {at}\n"
 
 
+def initial(ids: ints.Ids) -> str:
+    """``TrInit``: the spec's initial ``req``, ``loc`` and ``prefix`` written as sequences.
+
+    TraceInit binds them so, then ``Init`` checks that they are its values (its
+    constructors build the same functions); TLC keeps a sequence as one, which it looks
+    up in O(1) and which EXCEPT (``SetAt``) keeps, where the functions Init's
+    constructors build are looked up linearly, in every state after.
+    """
+    values = (("req", '"new"', len(ids.requests)), ("loc", "NoLoc", ids.pages),
+              ("prefix", "{}", len(ids.keys)))
+    conj = "\n".join(f"    /\\ {v} = {encode.tup([x] * n)}" for v, x, n in values)
+    return f"TrInit ==\n{conj}\n"
+
+
 def module_text(
     traces: Sequence[Trace],
     *,
@@ -163,7 +187,7 @@ def module_text(
         [
             f"---- MODULE {MODULE} ----",
             "EXTENDS HiSparse, TLC, Integers",  # Integers: negative sentinels (ints.py)
-            "VARIABLES tr, cursor",
+            "VARIABLES tr, cursor, " + ", ".join(delta.AUX_VARS),
             *defs,
             *value.definitions(),
             *step.definitions(),
@@ -173,7 +197,11 @@ def module_text(
             match_post(),
             diagnosed(diagnose_at),
             *window,
-            _REPLAY.replace("{init}", "Init" if start is None else "TrStart"),
+            delta.TLA,
+            initial(ids) if start is None else "",
+            _REPLAY.replace("{init}", "TrInit /\\ Init" if start is None else "TrStart").replace(
+                "{aux}", ", ".join(delta.AUX_VARS)
+            ),
             match_invariants(),
             "====",
             "",
@@ -202,7 +230,7 @@ def cfg_text(invariants: Sequence[str], *, diagnose: bool = False, handoff: bool
         *ints.bindings(),
     ]
     names = [
-        *invariants,
+        *(delta.cfg_name(n) for n in invariants),
         *([HANDOFF_INVARIANT] if handoff else []),
         *(diagnostic_invariants() if diagnose else []),
     ]
