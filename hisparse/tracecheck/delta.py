@@ -63,7 +63,7 @@ def spec_name(name: str) -> str:
 TLA = r"""
 \* ---- Invariants at what a step changed (hisparse/tracecheck/delta.py) ----
 \* The entries of variable v that step e reports (those it may have changed).
-TrWrites(e, v) == IF v \in DOMAIN e.post THEN DOMAIN e.post[v] ELSE {}
+TrWrites(e, v) == IF v \in DOMAIN e.post THEN TrArgs(e.post[v]) ELSE {}
 \* The first state gets the spec's invariants whole; every later one is the state after
 \* step TrLast, and TrWrote(v) the entries of v it may have changed (the others did not:
 \* MatchPost).
