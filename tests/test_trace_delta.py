@@ -25,6 +25,7 @@ from hisparse.tlc.paths import tla_dir
 from hisparse.tracecheck import delta
 from hisparse.tracecheck import module as gen
 from hisparse.tracecheck.check import check_traces
+from hisparse.tracecheck.ints import Ids
 from tests.protocol_helpers import make_machine
 
 # The registered bugs caught by an invariant delta restates: NoDoubleOwnership (its GPU
@@ -105,15 +106,18 @@ def test_each_restated_invariant_catches_its_bug_after_a_step(
 def test_typeok_catches_a_gpu_location_past_the_gpu_blocks_after_a_step(
     tmp_path: Path, tlc: TlcInstall, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # host_id_as_gpu_index: the enqueued ack moves the page to <<"gpu", h>> with h a host
-    # block's number, which the replay numbers gpu_blocks + h (ints.Ids.host). Reported
-    # so, the step matches the buggy spec and leaves a location outside Loc.
+    # host_id_as_gpu_index: the enqueued ack moves r1's page to <<"gpu", h>>, h its host
+    # block (0) as the replay numbers it (ints.Ids.host: after the GPU blocks). The
+    # machine's entry names GPU block 0, the page's old entry, so it records no change;
+    # reported as the replay numbers it, the step matches the buggy spec and leaves a
+    # location outside Loc.
     trace = recorded("host_id_as_gpu_index", monkeypatch)
     last = len(trace.steps)
-    gpu_blocks = trace.header.gpu_blocks
+    assert trace.steps[-1].action == "ConsumeMeta" and trace.steps[-1].post.loc == []
+    h = Ids(trace.header).host(0)
 
     def as_replayed(post: dict[str, Any]) -> None:
-        post["loc"] = [[p, ["gpu", gpu_blocks + w[1]]] for p, w in post["loc"]]
+        post["loc"] = [[["r1", 1], ["gpu", h]]]
 
     step, reason = rejection(edited(trace, last, as_replayed), tmp_path, tlc)
     assert (step, reason) == (last, "invariant TypeOK is violated in the state after this step")
