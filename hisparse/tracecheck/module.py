@@ -4,8 +4,9 @@ All traces of one group share their constants, so one TLC run checks them all: t
 initial state picks a trace (``tr``), each step applies the trace's action and must
 land exactly on its recorded post-state, and a finished trace stutters. A step records
 only changes: a function-valued variable's post-state is its value in TLC's current
-state updated by the recorded entries (``delta @@ var``), so the module holds each
-change once and its size stays linear in the trace's length. A step that
+state updated by the recorded entries (``TrApply(var, pairs)``, the function
+``pairs @@ var``), so the module holds each change once and its size stays linear in
+the trace's length; every variable a step does not report must stay unchanged. A step that
 cannot be taken leaves a state with no successor, which TLC reports as a deadlock.
 """
 
