@@ -250,6 +250,17 @@ StreamHostData(w, h) ==
     LET c == copying[Bank(w)][h] IN
     IF c # Idle /\ (Bank(w) = w \/ h \in waits[w]) THEN c ELSE hostData[Bank(w)][h]
 
+\* f with the entries at S (a subset of DOMAIN f) replaced by V's, for V a function on S:
+\* the value [x \in DOMAIN f |-> IF x \in S THEN V[x] ELSE f[x]], built as one EXCEPT
+\* per element of S. TLC evaluates a function constructor at every argument (every page
+\* or key) and keeps the result as a function it looks up linearly; EXCEPT copies f's
+\* values and keeps its representation (a sequence stays one: O(1) lookups).
+RECURSIVE SetAt(_, _, _)
+SetAt(f, S, V) ==
+    IF S = {} THEN f
+    ELSE LET x == CHOOSE y \in S : TRUE
+         IN SetAt([f EXCEPT ![x] = V[x]], S \ {x}, V)
+
 \* Every physical pool, with the given blocks overwritten by unrelated work.
 Scribble(D) == [b \in Copiers |-> [h \in HostBlocks |->
                     IF h \in D THEN Garbage ELSE hostData[b][h]]]
@@ -282,7 +293,7 @@ ArriveWith(r, hosts, blocks) ==
           /\ \E Used \in {{blocks[j] : j \in 1..(n - m)}} :
              /\ Cardinality(Used) = n - m
              /\ req' = [req EXCEPT ![r] = "running"]
-             /\ loc' = [p \in Pages |-> IF p \in Mine THEN At(PageIdx(p)) ELSE loc[p]]
+             /\ loc' = SetAt(loc, Mine, [p \in Mine |-> At(PageIdx(p))])
              /\ gpuOwner' = [g \in GpuBlocks |->
                                 IF g \in Used THEN PageAt(r, m + Holder(g)) ELSE gpuOwner[g]]
              /\ gpuData' = [g \in GpuBlocks |->
@@ -323,15 +334,14 @@ StartSpill(p, h) ==
 \* rank, so their block-table entries move to the host and their phase
 \* advances; the sources of R (normally E) go back to HMA with their pins.
 \* Stream order on every rank makes the reuse safe.
+\* (The pages that move: a page p with \E h \in E : s[h].page = p whose request runs.)
 AfterEnqueued(E, R, s) ==
     LET Src(g) == \E h \in R : s[h].src = g
-        Moved(p) == \E h \in E : s[h].page = p /\ req[PageReq(p)] = "running"
+        Moved == {p \in {s[h].page : h \in E} \cap Pages : req[PageReq(p)] = "running"}
         Dst(p) == CHOOSE h \in E : s[h].page = p
-    IN [loc |-> [p \in Pages |->
-                   IF Moved(p)
-                   THEN IF Bug = "host_id_as_gpu_index" THEN <<"gpu", Dst(p)>>
-                        ELSE <<"host", Dst(p)>>
-                   ELSE loc[p]],
+    IN [loc |-> SetAt(loc, Moved, [p \in Moved |->
+                   IF Bug = "host_id_as_gpu_index" THEN <<"gpu", Dst(p)>>
+                   ELSE <<"host", Dst(p)>>]),
         gpuOwner |-> [g \in GpuBlocks |-> IF Src(g) THEN NoPage ELSE gpuOwner[g]],
         gpuData |-> [g \in GpuBlocks |-> IF Src(g) THEN Garbage ELSE gpuData[g]],
         srcPin |-> [g \in GpuBlocks |->
@@ -386,7 +396,9 @@ MetaConsumed(w) ==
                          ELSE IF h \in Free THEN "free"
                          ELSE hostState[h]],
         hostKey |-> [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]],
-        prefix |-> [k \in Keys |-> prefix[k] \cup {h \in Valid : hostKey[h] = k}],
+        \* (only the keys of Valid blocks gain a block: SetAt over them)
+        prefix |-> LET K == {hostKey[h] : h \in Valid} \cap Keys
+                   IN SetAt(prefix, K, [k \in K |-> prefix[k] \cup {h \in Valid : hostKey[h] = k}]),
         hostData |-> Scribble(Free)]
 
 \* Consume rank w's next worker meta (MetaConsumed). `n` is bound by \E over a
@@ -413,7 +425,7 @@ ConsumeMeta(w) ==
 EndRequest(r, how) ==
     /\ req' = [req EXCEPT ![r] = how]
     /\ \E Mine \in {PagesOf(r)} :  \* bound once, as in ArriveWith
-       /\ loc' = [p \in Pages |-> IF p \in Mine THEN NoLoc ELSE loc[p]]
+       /\ loc' = SetAt(loc, Mine, [p \in Mine |-> NoLoc])
        /\ \E Freed \in {IF how = "aborted" /\ Bug = "abort_keeps_resident_blocks" THEN {}
                         ELSE IF req[r] = "importing" THEN {}
                         ELSE {g \in GpuBlocks : gpuOwner[g] \in Mine /\ ~srcPin[g]}} :
@@ -790,7 +802,8 @@ LossRecovered(w) ==
                          ELSE IF h \in Free THEN "free"
                          ELSE hostState[h]],
         hostKey |-> [h \in HostBlocks |-> IF h \in Free THEN NoKey ELSE hostKey[h]],
-        prefix |-> [k \in Keys |-> prefix[k] \cup {h \in Publish : hostKey[h] = k}],
+        prefix |-> LET K == {hostKey[h] : h \in Publish} \cap Keys
+                   IN SetAt(prefix, K, [k \in K |-> prefix[k] \cup {h \in Publish : hostKey[h] = k}]),
         hostData |-> Scribble(Free)]
 
 \* Rank w is lost; the coordinator recovers in the same step (LossRecovered). The
@@ -928,27 +941,49 @@ Spec == Init /\ [][Next]_vars /\ Fairness
 -----------------------------------------------------------------------------
 (* Safety invariants. Each has a Python twin of the same name. *)
 
-TypeOK ==
-    /\ req \in [Requests -> {"new", "importing", "running", "finished", "aborted"}]
-    /\ loc \in [Pages -> Loc]
-    /\ gpuOwner \in [GpuBlocks -> Pages \cup {NoPage}]
+\* TypeOK's conjuncts on the request-, page- and key-indexed variables, at the requests
+\* R, pages P and keys K only (TypeOK: at all of them, with each variable's domain). A
+\* trace replay checks them only where a step wrote (hisparse/tracecheck/delta.py).
+TypeOKAt(R, P, K) ==
+    /\ \A r \in R : /\ req[r] \in {"new", "importing", "running", "finished", "aborted"}
+                    /\ imp[r] \in Imp
+    /\ \A p \in P : loc[p] \in Loc /\ pg[p] \in PgImp
+    /\ \A k \in K : prefix[k] \in SUBSET HostBlocks
+
+\* The value sets of TypeOKBlocks with a sentinel, as constant definitions: TLC computes
+\* (and sorts) a constant definition once, where a union written inside TypeOK is built
+\* again, unsorted, in every state and searched linearly (a trace replay's Keys are
+\* thousands).
+PageOrNone == Pages \cup {NoPage}
+KeyOrNone == Keys \cup {NoKey}
+DataOrIdle == Data \cup {Idle}
+
+\* The rest of TypeOK: the block- and rank-indexed variables.
+TypeOKBlocks ==
+    /\ gpuOwner \in [GpuBlocks -> PageOrNone]
     /\ srcPin \in [GpuBlocks -> BOOLEAN]
     /\ hostState \in [HostBlocks -> {"free", "leased", "valid"}]
-    /\ hostKey \in [HostBlocks -> Keys \cup {NoKey}]
-    /\ prefix \in [Keys -> SUBSET HostBlocks]
+    /\ hostKey \in [HostBlocks -> KeyOrNone]
     /\ spill \in [HostBlocks -> Spills \cup {NoSpill}]
     /\ down \in [Ranks -> SUBSET Transfers]
     /\ lost \in [Ranks -> BOOLEAN]
     /\ \A w \in Ranks : \A i \in 1..Len(up[w]) : up[w][i] \in WorkerMeta
-    /\ copying \in [Ranks -> [HostBlocks -> Data \cup {Idle}]]
+    /\ copying \in [Ranks -> [HostBlocks -> DataOrIdle]]
     /\ waits \in [Ranks -> SUBSET HostBlocks]
     /\ reading \in [Ranks -> SUBSET HostBlocks]
     /\ wEnq \in [Ranks -> SUBSET HostBlocks]
     /\ wDone \in [Ranks -> SUBSET HostBlocks]
     /\ gpuData \in [GpuBlocks -> Data]
     /\ hostData \in [Copiers -> [HostBlocks -> Data]]
-    /\ imp \in [Requests -> Imp]
-    /\ pg \in [Pages -> PgImp]
+
+\* req \in [Requests -> S] is "req is a function on Requests whose values are in S"; the
+\* same for loc, prefix, imp and pg (each is a function: Init and every action build
+\* functions).
+TypeOK ==
+    /\ DOMAIN req = Requests /\ DOMAIN loc = Pages /\ DOMAIN prefix = Keys
+    /\ DOMAIN imp = Requests /\ DOMAIN pg = Pages
+    /\ TypeOKAt(Requests, Pages, Keys)
+    /\ TypeOKBlocks
 
 \* No GPU block backs two block-table entries; no host block is free while
 \* a transfer naming it is still in flight (its ID would be reused).
@@ -958,11 +993,13 @@ TypeOK ==
 \* located on the GPU have as many distinct locations as there are pages. The two
 \* are equivalent under TypeOK (every such location is <<"gpu", g>> with g \in GpuBlocks):
 \* two pages share a location iff some block's PagesOn has two elements.
-NoDoubleOwnership ==
-    /\ LET OnGpu == {p \in Pages : loc[p][1] = "gpu"}
-       IN Cardinality({loc[p] : p \in OnGpu}) = Cardinality(OnGpu)
-    /\ LET F == InFlightBlocks
-       IN \A h \in HostBlocks : hostState[h] = "free" => h \notin F
+NoDoubleOwnershipGpu ==
+    LET OnGpu == {p \in Pages : loc[p][1] = "gpu"}
+    IN Cardinality({loc[p] : p \in OnGpu}) = Cardinality(OnGpu)
+NoDoubleOwnershipHost ==
+    LET F == InFlightBlocks
+    IN \A h \in HostBlocks : hostState[h] = "free" => h \notin F
+NoDoubleOwnership == NoDoubleOwnershipGpu /\ NoDoubleOwnershipHost
 
 \* Source and destination leases are held only by an open transfer (a host block
 \* also by the import it is the destination of).
@@ -998,11 +1035,14 @@ NoPublishBeforeComplete ==
 
 \* The prefix index names only valid pages, and a valid page holds the bytes
 \* of the page it claims in every physical pool.
-PublishedDataCorrect ==
-    /\ \A k \in Keys : \A h \in prefix[k] :
-          hostState[h] = "valid" /\ hostKey[h] = k
-    /\ \A b \in Copiers : \A h \in HostBlocks :
-          hostState[h] = "valid" => hostData[b][h] = hostKey[h]
+\* (Its key-indexed part at the keys K only; a trace replay checks it only at the keys a
+\* step could have changed it for: hisparse/tracecheck/delta.py.)
+PublishedDataCorrectAt(K) ==
+    \A k \in K : \A h \in prefix[k] : hostState[h] = "valid" /\ hostKey[h] = k
+PublishedDataCorrectPools ==
+    \A b \in Copiers : \A h \in HostBlocks :
+        hostState[h] = "valid" => hostData[b][h] = hostKey[h]
+PublishedDataCorrect == PublishedDataCorrectAt(Keys) /\ PublishedDataCorrectPools
 
 \* Every page of a running request is readable from exactly one place, on
 \* every rank.
@@ -1037,10 +1077,13 @@ NoOverwriteUnderRead ==
 \* nothing: no block-table entry, resident lease or open transfer (each is
 \* ~Referenced(r) for every new r, stated per artifact so a check costs
 \* O(pages + blocks)). This is what makes its ID safe to reuse.
-RetiredUnreferenced ==
-    /\ \A p \in Pages : loc[p] # NoLoc => req[PageReq(p)] # "new"
+\* (Its page-indexed part at the pages P only; a trace replay checks it only at the pages
+\* a step could have changed it for: hisparse/tracecheck/delta.py.)
+RetiredUnreferencedAt(P) == \A p \in P : loc[p] # NoLoc => req[PageReq(p)] # "new"
+RetiredUnreferencedBlocks ==
     /\ \A g \in GpuBlocks : gpuOwner[g] # NoPage => req[PageReq(gpuOwner[g])] # "new"
     /\ \A h \in HostBlocks : spill[h] # NoSpill => req[PageReq(spill[h].page)] # "new"
+RetiredUnreferenced == RetiredUnreferencedAt(Pages) /\ RetiredUnreferencedBlocks
 
 \* A published host page's bytes never change while it is published: no copy
 \* in any rank's stream writes other bytes into it.

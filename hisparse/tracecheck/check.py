@@ -36,6 +36,7 @@ from hisparse.tlc.output import DEADLOCK
 from hisparse.tlc.paths import tla_dir as default_tla_dir
 from hisparse.tlc.runner import TlcResult, TlcRuns, run_tlc
 from hisparse.tlc.signals import block_in_this_thread, latched
+from hisparse.tracecheck import delta
 from hisparse.tracecheck import module as gen
 from hisparse.tracecheck.admit import HeaderLimits, header_problem
 from hisparse.tracecheck.errtrace import StopPoint, stop_point
@@ -188,7 +189,7 @@ class _Replay:
         stop = stop_point(res.raw) if out.result == "violation" else None
         if stop is None or not out.violated or not 1 <= stop.tr <= count:
             raise TraceCheckError(f"TLC could not replay the traces: {out.reason}", res.log_path)
-        return out.violated[0], stop
+        return delta.spec_name(out.violated[0]), stop
 
     def diagnose(self, group: _Group, idx: int, at: int, runs: list[TlcResult]) -> str:
         """Re-run one trace that deadlocked at step ``at`` with the diagnostic invariants

@@ -1,10 +1,11 @@
 """Integer identities for the replay module: requests, pages and keys numbered 1..N.
 
-TLC 2.18 looks a function up in O(1) only when its domain is an integer interval
-(``FcnRcdValue.select``); over any other domain it compares the argument with each
-element in turn. With string request and key names and ``<<request, i>>`` pages, every
-``loc[p]``, ``req[r]`` and ``prefix[k]`` cost O(pages), O(requests) or O(keys), and an
-invariant's pass over all pages O(pages^2): 0.15 s per state on a 500-request trace.
+TLC 2.18 looks a function up in O(1) only when it is a sequence (a ``TupleValue``, or made
+from one); otherwise ``FcnRcdValue.select`` compares the argument with each element of
+its domain in turn. With string request and key names and ``<<request, i>>`` pages, every
+``loc[p]``, ``req[r]`` and ``prefix[k]`` cost O(pages), O(requests) or O(keys) string or
+tuple comparisons: 0.15 s per state on a 500-request trace. Numbered from 1, ``req``,
+``loc`` and ``prefix`` can be sequences (``module.initial``, the spec's ``SetAt``).
 So the generated module numbers requests (header order), pages (each request's pages
 in turn) and keys (first-seen order) from 1, GPU blocks by their IDs and host blocks
 after them (``host``), and its cfg

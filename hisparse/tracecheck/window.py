@@ -106,7 +106,9 @@ class States:
                 lo = self.lo[dom]
                 table = f"{prefix}_{var}"
                 defs.append((table, encode.tup(self.flat[var])))
-                value = f"[x \\in {dom} |-> {table}[x + {1 - lo}]]"
+                # a domain 1..N: the table itself (a sequence is that function, and TLC
+                # looks a sequence up in O(1), any other function linearly)
+                value = table if lo == 1 else f"[x \\in {dom} |-> {table}[x + {1 - lo}]]"
             elif var in NESTED:
                 arms = []
                 for w, row in sorted(self.nested[var].items(), key=lambda wr: int(wr[0])):

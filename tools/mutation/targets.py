@@ -87,6 +87,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/tracecheck/module.py": _t(*_TLC_TRACE, tlc=True),
     "hisparse/tracecheck/ints.py": _t(*_TLC_TRACE, "test_trace_windows", tlc=True),
     "hisparse/tracecheck/window.py": _t("test_trace_windows", *_TLC_TRACE, tlc=True),
+    "hisparse/tracecheck/delta.py": _t("test_trace_delta", *_TLC_TRACE, tlc=True),
     # the TLC runner and the conformance replay
     "hisparse/tlc/acquire.py": _t("test_tlc_check", tlc=True),
     "hisparse/tlc/cfg.py": _t("test_tlc_check"),
