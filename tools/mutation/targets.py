@@ -46,7 +46,11 @@ TARGETS: dict[str, Guard] = {
     "spec/constants.py": _t(*_SPEC, "test_config"),
     "spec/errors.py": _t(*_SPEC),
     "spec/variants.py": _t("test_protocol_bugs", "test_protocol_sync", "test_invariants_alone"),
-    "spec/catalogue.py": _t("test_protocol_sync", "test_protocol_bugs", "test_invariants_alone"),
+    # (the drivers' move list is read by the stateful tests; the ranked variables by the
+    # trace recorder: both killed guard survivors of the catalogue outside these guards)
+    "spec/catalogue.py": _t("test_protocol_sync", "test_rule_sync_reports", "test_protocol_bugs",
+                            "test_invariants_alone", "test_protocol_stateful",
+                            "test_rule_moves_complete", "test_trace_record"),
     "spec/native.py": _t("test_native"),
     "spec/messages.py": _t("test_messages", "test_boundaries_system", *_WORKERPROC),
     # the trace format, its recorder and reader
