@@ -54,7 +54,8 @@ TARGETS: dict[str, Guard] = {
     "spec/native.py": _t("test_native"),
     "spec/messages.py": _t("test_messages", "test_boundaries_system", *_WORKERPROC),
     # the trace format, its recorder and reader
-    "spec/trace.py": _t(*_TRACE),
+    "spec/trace.py": _t(*_TRACE, "test_rule_trace_header", "test_rule_trace_limits_exact",
+                        "test_rule_recorded_traces_read_back"),
     "spec/tracetypes.py": _t(*_TRACE),
     "spec/record.py": _t(*_TRACE),
     "spec/observe.py": _t("test_trace_record", "test_protocol_sync"),
