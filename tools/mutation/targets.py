@@ -50,7 +50,7 @@ TARGETS: dict[str, Guard] = {
     # trace recorder: both killed guard survivors of the catalogue outside these guards)
     "spec/catalogue.py": _t("test_protocol_sync", "test_rule_sync_reports", "test_protocol_bugs",
                             "test_invariants_alone", "test_protocol_stateful",
-                            "test_rule_moves_complete", "test_trace_record"),
+                            "test_trace_record"),
     "spec/native.py": _t("test_native"),
     "spec/messages.py": _t("test_messages", "test_boundaries_system", *_WORKERPROC),
     # the trace format, its recorder and reader
