@@ -10,6 +10,7 @@ The CLI tests try a few bad values each; an off-by-one bound (mutant ``cmp``: ``
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -87,3 +88,25 @@ def test_paths(tmp_path: Path) -> None:
         with pytest.raises(argparse.ArgumentTypeError, match=words):
             parse(text)
 
+
+
+@pytest.mark.parametrize("unwritable", ["folder", "file"])
+def test_an_unwritable_folder_or_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unwritable: str
+) -> None:
+    """Either one unwritable refuses the path (``os.access`` answers for the test: the
+    suite may run as root, for whom every file is writable)."""
+    existing = tmp_path / "old.json"
+    existing.write_text("{}")
+    denied = tmp_path if unwritable == "folder" else existing
+    real = os.access
+
+    def access(path: object, mode: int) -> bool:
+        return False if Path(str(path)) == denied and mode == os.W_OK else real(path, mode)
+
+    monkeypatch.setattr(cliargs.os, "access", access)
+    new = tmp_path / "new.json"
+    with pytest.raises(argparse.ArgumentTypeError, match="is not writable"):
+        cliargs.out_path(str(new if unwritable == "folder" else existing))
+    if unwritable == "file":  # a new file beside it: the folder is writable
+        assert cliargs.out_path(str(new)) == new
