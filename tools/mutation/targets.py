@@ -73,7 +73,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/workerwire.py": _t(*_WORKERPROC),
     # the CLI, its argument checks, workloads, simulation, report and metrics
     "hisparse/cli.py": _t(*_CLI),
-    "hisparse/cliargs.py": _t(*_CLI),
+    "hisparse/cliargs.py": _t("test_rule_cliargs_bounds", *_CLI, "test_sizing"),
     "hisparse/simulate.py": _t("test_simulate", "test_workerproc", "test_report", "test_metrics"),
     "hisparse/workload.py": _t("test_workload", "test_simulate"),
     "hisparse/report.py": _t("test_report"),
