@@ -1,7 +1,7 @@
 """Rule: ``hisparse report`` reads back exactly what ``simulate --json`` saved
 (``hisparse/report.py``): a saved run loads equal; a document missing any one of the
 fields ``load`` checks is refused, naming that field; a byte figure is printed in the
-largest unit under 1024.
+largest unit under 1024; the plot draws every series, scaled.
 
 ``tests/test_report.py`` refuses a document with almost nothing in it; a field dropped
 from the required ones (mutant ``drop``) let a run without it through, to fail later
@@ -13,11 +13,13 @@ a ``KeyError``. A finding for ``report.py``'s owner, not stated here.)
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from hisparse.report import ReportError, _bytes, dumps, load
+from hisparse.report import ReportError, _bytes, dumps, load, plot
 from hisparse.simulate import SimulateOptions, report_json, simulate
 
 RUN = report_json(simulate(SimulateOptions(requests=12, steps=60, seed=1)))
@@ -52,3 +54,46 @@ def test_a_run_without_one_required_field_is_refused_by_name(tmp_path: Path, fie
 def test_a_byte_figure_is_in_the_largest_unit_under_1024(n: int, text: str) -> None:
     """Bytes whole, larger units to one decimal; GiB is the last unit, however large."""
     assert _bytes(n) == text
+
+
+def test_the_plot_draws_every_series_scaled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each panel holds exactly its series, each as the run recorded it (scaled to a
+    fraction or to KiB); the test reads the figure as it is saved."""
+    from matplotlib.figure import Figure
+
+    saved: list[Figure] = []
+    real = Figure.savefig
+
+    def save(self: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(self)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", save)
+    plot(RUN, tmp_path / "run.png")
+    (fig,) = saved
+    panels = [[(line.get_label(), list(line.get_ydata())) for line in a.get_lines()]
+              for a in fig.axes]
+    s, z = RUN["series"], RUN["sizes"]
+    looks = [a + b + c for a, b, c in zip(s["resident_hits"], s["hot_hits"], s["misses"],
+                                          strict=True)]
+
+    def rate(key: str) -> list[float]:
+        return [v / n if n else math.nan for v, n in zip(s[key], looks, strict=True)]
+
+    expected = [
+        [("GPU pool", [v / z["gpu_blocks"] for v in s["gpu_blocks_used"]]),
+         ("host pool", [v / z["host_blocks"] for v in s["host_blocks_used"]])],
+        [("resident", rate("resident_hits")), ("hot", rate("hot_hits")),
+         ("host (miss)", rate("misses"))],
+        [("host→device", [v / 1024 for v in s["h2d_bytes"]]),
+         ("device→host (spills)", [v / 1024 for v in s["d2h_bytes"]])],
+        [("running", s["running"]), ("waiting", s["waiting"])],
+    ]
+    assert [[label for label, _ in p] for p in panels] == [[lb for lb, _ in p] for p in expected]
+    for got, want in zip(panels, expected, strict=True):
+        for (label, ys), (_, zs) in zip(got, want, strict=True):
+            assert len(ys) == len(zs) == RUN["steps"], label
+            same = [y == w or (math.isnan(y) and math.isnan(w))
+                    for y, w in zip(ys, zs, strict=True)]
+            assert all(same), label
+    assert any(v for v in s["running"]) and any(v for v in s["gpu_blocks_used"])
