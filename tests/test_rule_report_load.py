@@ -97,3 +97,11 @@ def test_the_plot_draws_every_series_scaled(tmp_path: Path, monkeypatch: pytest.
                     for y, w in zip(ys, zs, strict=True)]
             assert all(same), label
     assert any(v for v in s["running"]) and any(v for v in s["gpu_blocks_used"])
+    assert fig.get_suptitle() == f"hisparse simulate: {z['workload']} ({z['requests']:,} requests)"
+
+
+def test_a_document_without_series_is_dumped_as_plain_json() -> None:
+    doc = {k: v for k, v in RUN.items() if k != "series"}
+    text = dumps(doc)
+    assert text.endswith("}\n") and json.loads(text) == json.loads(json.dumps(doc))
+    assert json.loads(dumps(RUN)) == json.loads(json.dumps(RUN))
