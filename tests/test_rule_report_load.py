@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from hisparse.report import ReportError, _bytes, dumps, load, plot
+from hisparse.report import ReportError, _bytes, dumps, lines, load, plot
 from hisparse.simulate import SimulateOptions, report_json, simulate
 
 RUN = report_json(simulate(SimulateOptions(requests=12, steps=60, seed=1)))
@@ -69,8 +69,16 @@ def test_the_plot_draws_every_series_scaled(tmp_path: Path, monkeypatch: pytest.
         real(self, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", save)
+    import matplotlib.pyplot as plt
+
+    open_before = plt.get_fignums()
     plot(RUN, tmp_path / "run.png")
+    assert plt.get_fignums() == open_before  # the figure is closed, not left to pile up
     (fig,) = saved
+    for a in fig.axes:  # each panel with its grid and its legend
+        grid = a.get_xgridlines() + a.get_ygridlines()
+        assert grid and all(g.get_visible() and g.get_alpha() == 0.3 for g in grid)
+        assert a.get_legend() is not None
     panels = [[(line.get_label(), list(line.get_ydata())) for line in a.get_lines()]
               for a in fig.axes]
     s, z = RUN["series"], RUN["sizes"]
@@ -98,6 +106,25 @@ def test_the_plot_draws_every_series_scaled(tmp_path: Path, monkeypatch: pytest.
             assert all(same), label
     assert any(v for v in s["running"]) and any(v for v in s["gpu_blocks_used"])
     assert fig.get_suptitle() == f"hisparse simulate: {z['workload']} ({z['requests']:,} requests)"
+    # laid out tight when saved: laying it out again moves no panel
+    placed = [a.get_position().bounds for a in fig.axes]
+    fig.tight_layout()
+    again = [a.get_position().bounds for a in fig.axes]
+    assert all(math.isclose(p, q, abs_tol=1e-3) for b, c in zip(placed, again, strict=True)
+               for p, q in zip(b, c, strict=True)), (placed, again)
+
+
+@pytest.mark.parametrize(("never", "large", "tail"), [
+    (2, 2, "2 never admitted (2 larger than the GPU pool)"),
+    (0, 0, "0 never admitted (0 larger than the GPU pool)"),
+    (3, 1, "3 never admitted (1 larger than the GPU pool, 2 still waiting at the last step)"),
+])
+def test_requests_still_waiting_are_named_only_when_there_are_some(
+    never: int, large: int, tail: str
+) -> None:
+    doc = {**RUN, "never_admitted": never, "too_large": large}
+    (line,) = [x for x in lines(doc) if x.startswith("requests")]
+    assert tail + ";" in line, line
 
 
 def test_a_document_without_series_is_dumped_as_plain_json() -> None:
