@@ -101,8 +101,8 @@ def test_an_unwritable_folder_or_file_is_refused(
     denied = tmp_path if unwritable == "folder" else existing
     real = os.access
 
-    def access(path: object, mode: int) -> bool:
-        return False if Path(str(path)) == denied and mode == os.W_OK else real(path, mode)
+    def access(path: str | os.PathLike[str], mode: int) -> bool:
+        return False if Path(path) == denied and mode == os.W_OK else real(path, mode)
 
     monkeypatch.setattr(cliargs.os, "access", access)
     new = tmp_path / "new.json"

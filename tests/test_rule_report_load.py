@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from hisparse.report import ReportError, _bytes, dumps, lines, load, plot
@@ -79,8 +80,8 @@ def test_the_plot_draws_every_series_scaled(tmp_path: Path, monkeypatch: pytest.
         grid = a.get_xgridlines() + a.get_ygridlines()
         assert grid and all(g.get_visible() and g.get_alpha() == 0.3 for g in grid)
         assert a.get_legend() is not None
-    panels = [[(line.get_label(), list(line.get_ydata())) for line in a.get_lines()]
-              for a in fig.axes]
+    panels = [[(line.get_label(), [float(y) for y in np.asarray(line.get_ydata())])
+               for line in a.get_lines()] for a in fig.axes]
     s, z = RUN["series"], RUN["sizes"]
     looks = [a + b + c for a, b, c in zip(s["resident_hits"], s["hot_hits"], s["misses"],
                                           strict=True)]

@@ -148,7 +148,7 @@ def _step(action: str, host_block: int) -> TraceStep:
     """A step of ``action`` naming ``host_block``, reporting its writes as no change."""
     values = {"page": ["r1", 1], "host_block": host_block, "rank": 0, "request": "r1"}
     fields = ACTIONS[action].args.model_fields
-    post = {v: [] if v == "loc" else {} for v in WRITES[action]}
+    post: dict[str, Any] = {v: [] if v == "loc" else {} for v in WRITES[action]}
     return TraceStep.model_validate({"kind": "step", "index": 1, "action": action,
                                      "args": {f: values[f] for f in fields}, "post": post})
 

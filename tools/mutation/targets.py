@@ -76,7 +76,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/cliargs.py": _t("test_rule_cliargs_bounds", *_CLI, "test_sizing"),
     "hisparse/simulate.py": _t("test_simulate", "test_workerproc", "test_report", "test_metrics"),
     "hisparse/workload.py": _t("test_workload", "test_simulate"),
-    "hisparse/report.py": _t("test_report"),
+    "hisparse/report.py": _t("test_report", "test_rule_report_load"),
     "hisparse/metrics.py": _t("test_metrics"),
     "hisparse/docs.py": _t("test_trace_format"),
     # the TP merge
