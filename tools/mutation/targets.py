@@ -77,7 +77,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/simulate.py": _t("test_simulate", "test_workerproc", "test_report", "test_metrics"),
     "hisparse/workload.py": _t("test_workload", "test_simulate"),
     "hisparse/report.py": _t("test_report", "test_rule_report_load"),
-    "hisparse/metrics.py": _t("test_metrics"),
+    "hisparse/metrics.py": _t("test_metrics", "test_rule_metrics_exact"),
     "hisparse/docs.py": _t("test_trace_format"),
     # the TP merge
     "hisparse/tp/group.py": _t("test_tp"),
