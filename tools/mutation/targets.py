@@ -46,11 +46,16 @@ TARGETS: dict[str, Guard] = {
     "spec/constants.py": _t(*_SPEC, "test_config"),
     "spec/errors.py": _t(*_SPEC),
     "spec/variants.py": _t("test_protocol_bugs", "test_protocol_sync", "test_invariants_alone"),
-    "spec/catalogue.py": _t("test_protocol_sync", "test_protocol_bugs", "test_invariants_alone"),
+    # (the drivers' move list is read by the stateful tests; the ranked variables by the
+    # trace recorder: both killed guard survivors of the catalogue outside these guards)
+    "spec/catalogue.py": _t("test_protocol_sync", "test_rule_sync_reports", "test_protocol_bugs",
+                            "test_invariants_alone", "test_protocol_stateful",
+                            "test_trace_record"),
     "spec/native.py": _t("test_native"),
     "spec/messages.py": _t("test_messages", "test_boundaries_system", *_WORKERPROC),
     # the trace format, its recorder and reader
-    "spec/trace.py": _t(*_TRACE),
+    "spec/trace.py": _t(*_TRACE, "test_rule_trace_header", "test_rule_trace_limits_exact",
+                        "test_rule_recorded_traces_read_back"),
     "spec/tracetypes.py": _t(*_TRACE),
     "spec/record.py": _t(*_TRACE),
     "spec/observe.py": _t("test_trace_record", "test_protocol_sync"),
@@ -68,12 +73,12 @@ TARGETS: dict[str, Guard] = {
     "hisparse/workerwire.py": _t(*_WORKERPROC),
     # the CLI, its argument checks, workloads, simulation, report and metrics
     "hisparse/cli.py": _t(*_CLI),
-    "hisparse/cliargs.py": _t(*_CLI),
+    "hisparse/cliargs.py": _t("test_rule_cliargs_bounds", *_CLI, "test_sizing"),
     "hisparse/simulate.py": _t("test_simulate", "test_workerproc", "test_report", "test_metrics"),
     "hisparse/executors.py": _t("test_simulate", "test_workerproc", "test_accounting_executor"),
     "hisparse/workload.py": _t("test_workload", "test_simulate"),
-    "hisparse/report.py": _t("test_report"),
-    "hisparse/metrics.py": _t("test_metrics"),
+    "hisparse/report.py": _t("test_report", "test_rule_report_load"),
+    "hisparse/metrics.py": _t("test_metrics", "test_rule_metrics_exact"),
     "hisparse/docs.py": _t("test_trace_format"),
     # the TP merge
     "hisparse/tp/group.py": _t("test_tp"),

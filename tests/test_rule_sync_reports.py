@@ -1,0 +1,143 @@
+"""Rule: the sync check (``spec/catalogue.py`` ``disagreements``) reports each defect on
+its own line, under the name of what is wrong, and nothing else.
+
+``tests/test_protocol_sync.py`` looks for a phrase anywhere in the joined report; a
+check that files its finding in the list of bug names instead of the report (mutants
+``var``: ``out.append`` -> ``bugs.append``) still shows the phrase, inside the "spec
+bugs ... != catalogue variants ..." line it causes. Here one defect at a time must give
+exactly the lines that name it. Also: a spec bug without a catalogue variant is found
+(not only the reverse), a spec whose ``vars`` tuple differs is found, a catalogue action
+may write every variable without being told it names unknown ones, and the source
+reader's fallback for a compiled build (no source for ``inspect``) reads the right
+class and method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hisparse.spec import catalogue
+from hisparse.spec.catalogue import CATALOGUE, VARIABLES, Action, disagreements
+from hisparse.spec.machine import ProtocolMachine
+
+SPEC = (Path(__file__).resolve().parents[1] / "tla" / "HiSparse.tla").read_text()
+
+
+def _replace(name: str, **changes: Any) -> tuple[Action, ...]:
+    return tuple(dataclasses.replace(a, **changes) if a.name == name else a for a in CATALOGUE)
+
+
+def _action(name: str) -> Action:
+    return next(a for a in CATALOGUE if a.name == name)
+
+
+def test_the_unchanged_pair_agrees() -> None:
+    assert disagreements(SPEC, ProtocolMachine) == []
+
+
+def _retire_without_a_step() -> tuple[Action, ...]:
+    retire = _action("Retire")
+    moved = dataclasses.replace(retire.variants[0], step="_no_such_step")
+    return _replace("Retire", variants=(moved, *retire.variants[1:]))
+
+
+# (a catalogue with one defect, the start of every line it must give, a phrase in one)
+ONE_DEFECT: dict[str, tuple[tuple[Action, ...], str, str]] = {
+    "replay names no definition": (
+        _replace("Finish", replay="NoSuchOperator(e.args.request)"),
+        "Finish: ", "Finish: replay 'NoSuchOperator(e.args.request)' names no spec definition",
+    ),
+    "replay arity": (
+        _replace("Finish", replay="Finish(e.args.request, e.args.request)"),
+        "Finish: ", "Finish: replay passes 2 arguments to Finish",
+    ),
+    "undeclared trigger": (
+        _replace("Finish", triggers=(("request", "finnish"),)),
+        "", "Finish: fires undeclared lifecycle trigger ('request', 'finnish')",
+    ),
+    "trigger never fired": (
+        _replace("Finish", triggers=(("request", "finish"), ("request", "retire"))),
+        "Finish: ", "Finish: the machine's Finish never fires 'retire'",
+    ),
+    "variant without a step": (
+        _retire_without_a_step(), "retire_inflight: ",
+        "retire_inflight: machine has no step _no_such_step",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONE_DEFECT))
+def test_one_defect_gives_exactly_its_own_lines(case: str) -> None:
+    cat, prefix, line = ONE_DEFECT[case]
+    found = disagreements(SPEC, ProtocolMachine, cat)
+    assert line in found, found
+    assert all(f.startswith(prefix) for f in found), found
+    assert not any(f.startswith("spec bugs") for f in found), found
+
+
+def test_an_undeclared_trigger_is_one_line_and_no_bug_mismatch() -> None:
+    # the undeclared trigger also leaves "finish" unfired: exactly those two lines
+    cat, _, line = ONE_DEFECT["undeclared trigger"]
+    found = disagreements(SPEC, ProtocolMachine, cat)
+    assert found == [line, "lifecycle triggers no action fires: [('request', 'finish')]"]
+
+
+def test_a_production_rule_naming_a_bug_is_its_own_line() -> None:
+    class Branchy(ProtocolMachine):
+        def _spill_capacity(self) -> int:
+            return 0 if self.bug == "round_up_pool" else super()._spill_capacity()
+
+    found = disagreements(SPEC, Branchy)  # (a subclass declares no actions of its own)
+    line = "production rules name injected bugs ['round_up_pool']: register them as variants"
+    assert line in found, found
+    assert not any(f.startswith("spec bugs") for f in found), found
+
+
+def test_a_spec_bug_without_a_variant_is_found() -> None:
+    # evict_keeps_index writes nothing beyond EvictHost's own writes: dropping it from
+    # the catalogue leaves the spec's bug unregistered and changes nothing else
+    evict = _action("EvictHost")
+    kept = tuple(v for v in evict.variants if v.bug != "evict_keeps_index")
+    found = disagreements(SPEC, ProtocolMachine, _replace("EvictHost", variants=kept))
+    assert len(found) == 1 and found[0].startswith("spec bugs "), found
+    assert "evict_keeps_index" in found[0]
+
+
+def test_a_spec_with_other_variables_is_found() -> None:
+    old = "vars == <<req, "
+    assert old in SPEC
+    spec = SPEC.replace(old, "vars == <<extra, req, ", 1)
+    found = disagreements(spec, ProtocolMachine)
+    assert any(f.startswith("spec variables ('extra', 'req'") for f in found), found
+
+
+def test_writing_every_variable_is_not_an_unknown_variable() -> None:
+    found = disagreements(SPEC, ProtocolMachine, _replace("Retire", writes=VARIABLES))
+    assert any(f.startswith("Retire: catalogue writes") for f in found), found
+    assert not any("unknown variables" in f for f in found), found
+    found = disagreements(SPEC, ProtocolMachine, _replace("Retire", writes=("req", "nope")))
+    assert "Retire: writes name unknown variables" in found
+
+
+def test_the_source_fallback_reads_the_named_class_and_method(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A compiled build gives ``inspect`` no source: ``_source`` reads the ``.py``."""
+    cls_real = inspect.getsource(ProtocolMachine)
+    method_real = inspect.getsource(ProtocolMachine.Retire)
+
+    def no_source(obj: object) -> str:
+        raise OSError("no source (as for native code)")
+
+    monkeypatch.setattr(catalogue.inspect, "getsource", no_source)
+    cls_read = catalogue._source(ProtocolMachine)
+    assert cls_read.startswith("class ProtocolMachine")
+    assert cls_real.rstrip().endswith(cls_read.rstrip())  # (less its decorator line)
+    method_read = catalogue._source(ProtocolMachine.Retire)
+    assert method_read.startswith("def Retire(")
+    assert method_read.strip() == method_real.strip()
