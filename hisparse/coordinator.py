@@ -390,20 +390,18 @@ class HiSparseCoordinator:
                 pass
             if s.host_used + n > self._host_capacity:
                 return None
-            hosts = heapq.nsmallest(n, self._host_free)
+            hosts = [heapq.heappop(self._host_free) for _ in range(n)]  # the lowest free
         blocks = self.kv.allocate(need_gpu)
         if blocks is None:
+            self._give_back_hosts(hosts)
             return None
         try:
             chosen = m.AdmitImport(request_id, blocks=blocks, hosts=hosts or None)
         except ProtocolError:
             self.kv.free(blocks)
+            self._give_back_hosts(hosts)
             raise
         target: Literal["device", "host"] = "device" if chosen == "device" else "host"
-        for h in hosts:
-            self._host_free.remove(h)
-        if hosts:
-            heapq.heapify(self._host_free)
         iid = self._next_import
         self._next_import = iid + 1
         self._import_req[iid] = request_id
@@ -424,6 +422,10 @@ class HiSparseCoordinator:
             import_id=iid, request_id=request_id, target=target, num_tokens=num_tokens,
             block_size=block_size, pages=pages))
         return target
+
+    def _give_back_hosts(self, hosts: list[int]) -> None:
+        for h in hosts:
+            heapq.heappush(self._host_free, h)
 
     def take_imports(self) -> tuple[tuple[ImportCommand, ...], tuple[int, ...]]:
         """The import commands and import aborts since the last call (for the metadata)."""
@@ -537,7 +539,7 @@ class HiSparseCoordinator:
         self.kv.free(gpus)
         for h in hosts:
             if self.machine.state.host_state[h] == "free":
-                heapq.heappush(self._host_free, h)
+                heapq.heappush(self._host_free, int(h))
         self._forget_import(iid)
         self.imports_failed += 1
         self._retire_one(r)

@@ -931,7 +931,8 @@ class ProtocolMachine:
                 hosts = [h for h, st in enumerate(s.host_state) if st == "free"][:n]
             host_list = list(hosts)
             if len(host_list) != n or len(set(host_list)) != n or any(
-                not (type(h) is int and 0 <= h < s.config.host_blocks)
+                not (isinstance(h, int) and not isinstance(h, bool)
+                     and 0 <= h < s.config.host_blocks)
                 or s.host_state[h] != "free"
                 for h in host_list
             ):

@@ -198,7 +198,7 @@ class PgRecord(Frozen):
     """A page's P/D import (``pg[p]``): its host block (null: NoLoc), the chunks at its
     destination and in its staging slot, whether it holds one."""
 
-    host: BlockId | None
+    host: BlockId | None = None
     landed: list[Chunk]
     staged: list[Chunk]
     slot: bool

@@ -111,7 +111,10 @@ Guard = Callable[..., bool]
 def _arrive(m: ProtocolMachine, r: str) -> bool:
     s = m.state
     need = len(s.page_keys[r]) - m.hit_len(r)
-    return s.req[r] == "new" and sum(o is None for o in s.gpu_owner) >= need
+    return (
+        s.req[r] == "new" and r not in s.imports  # (an import comes through ImportArrive)
+        and sum(o is None for o in s.gpu_owner) >= need
+    )
 
 
 def _retire(m: ProtocolMachine, r: str) -> bool:
@@ -122,7 +125,8 @@ def _retire(m: ProtocolMachine, r: str) -> bool:
     held = any(o in mine for o in s.gpu_owner) or any(
         sp is not None and sp.page in mine for sp in s.spill
     )
-    return not held and all(s.loc[p] is None for p in mine)
+    importing = s.imp_of(r).phase in ("landing", "landed", "failed")  # holds its blocks
+    return not held and not importing and all(s.loc[p] is None for p in mine)
 
 
 def _start_spill(m: ProtocolMachine, p: tuple[str, int], h: int) -> bool:

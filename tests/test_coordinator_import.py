@@ -240,3 +240,74 @@ def test_connector_carries_the_import_command_and_its_abort_as_bytes() -> None:
     failed = meta(failed=(md.imports[0].import_id,))
     conn.update_connector_output(failed.model_dump_json().encode())
     assert_drained(c, kv)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_imports_mixed_with_spills_drain_to_empty(seed: int) -> None:
+    """Imports of random lengths (unaligned final blocks) beside ordinary requests that
+    spill; a fake worker acks pages late and out of order, fails some imports; some are
+    aborted mid-import, the worker is lost once. Everything drains to empty."""
+    import random
+
+    rng = random.Random(seed)
+    c, kv = make(gpu=6, host=6)
+    live: dict[str, int] = {}  # importing request -> import ID handed over
+    pending: dict[int, list[int]] = {}  # import ID -> pages not yet acked landed
+    running: list[str] = []
+    for step in range(60):
+        roll = rng.random()
+        r = f"q{step}"
+        if roll < 0.3:
+            tokens = rng.randint(1, 12)
+            n = -(-tokens // 4)
+            c.add_import(r, [f"k{rng.randint(0, 3)}-{i}" for i in range(n)], tokens, 4)
+            if c.admit_import(r) is None:
+                c.abort(r)  # gave up waiting: nothing was leased
+                continue
+            (cmd,), _ = c.take_imports()
+            live[r], pending[cmd.import_id] = cmd.import_id, list(range(1, n + 1))
+        elif roll < 0.45:
+            c.add_request(r, [f"k{rng.randint(0, 3)}-0"])
+            if c.admit(r) is not None:
+                running.append(r)
+                where = c.state.loc[(r, 1)]
+                if where is not None and where[0] == "gpu":
+                    c.spill((r, 1))
+            else:
+                c.abort(r)
+            for t in c.take_commands()[0]:
+                c.on_worker_meta(HiSparseWorkerMeta(enqueued=(t.transfer_id,),
+                                                    completed=(t.transfer_id,)))
+        elif live and roll < 0.75:
+            q = rng.choice(sorted(live))
+            iid = live[q]
+            todo = pending[iid]
+            rng.shuffle(todo)
+            some = todo[: rng.randint(1, len(todo))]
+            pending[iid] = [p for p in todo if p not in some]
+            c.on_worker_meta(meta({iid: tuple(some)}))
+            if not pending[iid]:
+                c.on_worker_meta(meta(done=(iid,)))
+                del live[q]
+                if q in c.state.req:
+                    running.append(q)
+        elif live and roll < 0.85:
+            q = rng.choice(sorted(live))
+            c.on_worker_meta(meta(failed=(live.pop(q),)))
+        elif live and roll < 0.95:
+            q = rng.choice(sorted(live))
+            c.abort(q)
+            _, aborts = c.take_imports()
+            assert aborts == (live[q],)
+            c.on_worker_meta(meta(failed=(live.pop(q),)))
+        elif live:
+            c.on_worker_lost(())
+            live.clear()
+        c.take_commands()
+    for q in list(live):
+        c.on_worker_meta(meta(failed=(live.pop(q),)))
+    for q in running:
+        if c.state.req.get(q) == "running":
+            c.finish(q)
+    c.take_commands()
+    assert_drained(c, kv)

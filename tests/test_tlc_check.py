@@ -75,6 +75,9 @@ PROPERTY_BUG_FAILS = {
     },
     "abort_keeps_resident_blocks": {"AbortedFreed", "EndedRetired"},
     "retire_waits_for_host_pages": {"EndedRetired"},
+    # an import left landing holds its host blocks (leased), and an aborted one its GPU
+    # blocks, so that request never retires
+    "import_done_unreported": {"ImportsEnd", "LeasesReleased", "AbortedFreed", "EndedRetired"},
 }
 
 
@@ -102,6 +105,16 @@ def test_injected_bug_is_caught(tlc: TlcInstall, tmp_path: Path, bug: InjectedBu
         own = {r["cfg"]: r["violated"] for r in report["runs"]}
         assert own[f"MCInject_{bug.catches}.cfg"] == [bug.catches], text
         assert set(report["violated"]) == PROPERTY_BUG_FAILS[bug.name], text
+
+
+@pytest.mark.tlc
+def test_pd_model_passes(tlc: TlcInstall, tmp_path: Path) -> None:
+    """The P/D import model (docs/pd-import.md): safety and liveness."""
+    code, report, text = check_json(tmp_path, "--model", "pd", "--workers", "1")
+    assert (code, report["result"]) == (0, "ok"), text
+    assert [r["cfg"] for r in report["runs"]] == ["MC_pd.cfg", "MC_pd_live.cfg"]
+    assert all(r["distinct_states"] > 0 and r["violated"] == [] for r in report["runs"])
+    assert "ImportsEnd" in report["properties"] and "NoImportLeak" in report["invariants"]
 
 
 @pytest.mark.tlc
@@ -133,7 +146,7 @@ def test_tensor_parallel_bug_caught_with_a_shared_pool_too(
 
 
 def test_tensor_parallel_bugs_run_on_a_two_rank_model() -> None:
-    tp = {b.name: b.model for b in PROTOCOL_BUGS if b.model not in ("small", "ci")}
+    tp = {b.name: b.model for b in PROTOCOL_BUGS if b.model not in ("small", "ci", "pd")}
     assert tp == {
         "release_source_at_first_enqueued": "tp",
         "publish_after_one_rank_done": "tp",
@@ -149,8 +162,12 @@ def test_tensor_parallel_bugs_run_on_a_two_rank_model() -> None:
 def test_bug_registry_is_well_formed() -> None:
     names = [b.name for b in BUGS]
     # main's 16, five tensor-parallel bugs, four of the faulty channels (model ci), four
-    # of the suffix rule's companion spec (model suffix)
-    assert len(names) == len(set(names)) == 29
+    # of the suffix rule's companion spec (model suffix), six of the P/D import (pd)
+    assert len(names) == len(set(names)) == 35
+    assert {b.name for b in BUGS if b.model == "pd"} == {
+        "staging_unbounded", "retarget_on_retry", "release_before_mirror",
+        "report_partial_page", "fail_keeps_host_blocks", "import_done_unreported",
+    }
     assert {b.name for b in BUGS if b.model == "ci"} == {
         "worker_applies_replay", "worker_forgets_published", "worker_skips_gap",
         "loss_path_ignores_gaps",

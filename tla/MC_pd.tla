@@ -21,9 +21,8 @@ MCBug == "none"
 MCRanks == {1}
 MCWriter == 1
 MCBacking == "private"
-\* Liveness (no symmetry): the same requests, one GPU block, one chunk a page.
+\* Liveness (no symmetry): the same requests, one GPU block (r1 lands on the host).
 MCGpuBlocksLive == {g1}
-MCChunksLive == {1}
 MCHostBlocksLive == {h1, h2}
 MCSymmetry == Permutations(MCGpuBlocks) \cup Permutations(MCHostBlocks)
 =============================================================================
