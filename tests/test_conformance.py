@@ -13,7 +13,6 @@ from hisparse.spec.constants import ProtocolConfig
 from hisparse.tlc import TlcInstall
 from hisparse.tlc.value import Fn, ModelValue, ValueSyntaxError, parse_state, parse_value
 
-
 IMPORT_ACTIONS = {
     "ImportArrive", "ChooseTarget", "AdmitImport", "LeaseStaging", "LandChunk", "CopyToHost",
     "MirrorPage", "ReleaseStaging", "ReportImport", "ImportError", "CompleteImport",
