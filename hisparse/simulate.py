@@ -401,14 +401,21 @@ class Simulation:
             self.report.too_large += 1
             self.report.never_admitted += 1
             return
+        if a.request_id in self.importing and self.pd is not None:  # its import failed,
+            del self.importing[a.request_id]  # it retired, and its ID is declared again
+            self.pd.failed(a.request_id)
+        self.pages[a.request_id] = np.array([self._key_id(k) for k in a.page_keys], np.int64)
         tokens = None if self.pd is None else self.pd.draw(len(a.page_keys))
+        if tokens is not None and self.pd is not None and not self.pd.hold(
+            a.request_id, self.pages[a.request_id], tokens
+        ):
+            tokens = None  # the prefiller's buffer is full: it arrives without prefill KV
         if tokens is None:
+            if self.pd is not None:  # (an ID used again: now without prefill KV)
+                self.pd.prompt_tokens.pop(a.request_id, None)
             self.coordinator.add_request(a.request_id, a.page_keys)
         else:  # it arrives with prefill KV: a prefiller holds its pages
             self.coordinator.add_import(a.request_id, a.page_keys, tokens, self.o.block_tokens)
-        self.pages[a.request_id] = np.array([self._key_id(k) for k in a.page_keys], np.int64)
-        if tokens is not None and self.pd is not None:
-            self.pd.hold(a.request_id, self.pages[a.request_id], tokens)
         self.decode_steps[a.request_id] = a.decode_steps
         self.pending.append(a.request_id)
 
@@ -742,7 +749,8 @@ class Simulation:
                 port.land(None)
                 self._deliver(port, self._t)
             self._schedule_imports()
-        raise RuntimeError(f"imports still in flight after the drain: {sorted(self.importing)}")
+        raise RuntimeError(f"imports still in flight after the drain: "
+                           f"{ {r: self.coordinator.state.req.get(r) for r in self.importing} }")
 
     def drain(self) -> None:
         """End of run: stop what still runs or waits and let every copy and ack arrive."""

@@ -115,14 +115,20 @@ class PdSide:
         return pages * self.block - self._rng.randrange(1, self.block) if self.block > 1 \
             else pages
 
-    def hold(self, request_id: str, key_ids: NDArray[np.int64], num_tokens: int) -> None:
-        """The prefiller computes (here: derives) the request's KV and holds it."""
+    def hold(self, request_id: str, key_ids: NDArray[np.int64], num_tokens: int) -> bool:
+        """The prefiller computes (here: derives) the request's KV and holds it; False
+        (nothing held) when its buffer is full: the request arrives without prefill KV."""
+        if request_id in self.held:  # its ID was retired and declared again
+            self._drop(request_id)
+        if self.prefiller.arena.num_free < key_ids.size:
+            return False
         self.prefiller.put(request_id, prefill_pages(key_ids, self.layers, self.block,
                                                      self.row, num_tokens))
         self.held.add(request_id)
         self.prompt_tokens[request_id] = num_tokens
         self.figures.arrived += 1
         self.figures.unaligned += num_tokens % self.block != 0
+        return True
 
     def completed(self, request_id: str, target: str) -> None:
         """The import completed into ``target``: the prefiller drops the pages."""
