@@ -147,6 +147,12 @@ TARGETS: dict[str, Guard] = {
     "hisparse/transport/nixlpeer.py": _t("test_transport"),
     "hisparse/transport/staging.py": _t("test_transport"),
     "hisparse/bench/nixl.py": _t("test_bench_cli", "test_transport"),
+    "hisparse/transport/arena.py": _t("test_transport", "test_pdimport_runner"),
+    # the worker's P/D import runner, its executor calls and the simulate side
+    "hisparse/pdimport/runner.py": _t("test_pdimport_runner", "test_pdimport_system"),
+    "hisparse/pdimport/prefill.py": _t("test_pdimport_runner", "test_pdimport_system"),
+    "hisparse/pdimport/sim.py": _t("test_pdimport_system", "test_simulate"),
+    "executor/importing.py": _t("test_pdimport_runner", "test_executor_reference"),
     # the suffix rule, the generic OffloadingConnector, MultiConnector, indexer offload
     "spec/suffix.py": _t("test_suffix_rule", "test_indexer_sim"),
     "spec/suffix_variants.py": _t("test_suffix_rule", "test_tlc_check"),
@@ -174,6 +180,7 @@ EXCLUDED: dict[str, str] = {
     "hisparse/__init__.py": _REEXPORTS + " (the version string)",
     "hisparse/__main__.py": "calls hisparse.cli.main, nothing else",
     "hisparse/bench/__init__.py": _REEXPORTS,
+    "hisparse/pdimport/__init__.py": _REEXPORTS,
     "hisparse/engine/__init__.py": _REEXPORTS,
     "hisparse/tlc/__init__.py": _REEXPORTS,
     "hisparse/tp/__init__.py": _REEXPORTS,
