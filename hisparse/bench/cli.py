@@ -169,8 +169,8 @@ def _engine(args: argparse.Namespace) -> dict[str, Any]:
 
 def _equal_hbm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-gib", type=positive_float, default=6.0,
-                   help="HBM beyond the weights each engine gets (6: all-resident holds "
-                        "about 7 requests of 128k at 8 layers)")
+                   help="HBM beyond the weights each engine gets (at 6 the engine that keeps "
+                        "every row on the GPU holds about 7 requests of 128k at 8 layers)")
     p.add_argument("--layers", type=positive_int, default=8, help="decoder layers")
     p.add_argument("--contexts", type=_ints, default=(131072, 32768),
                    help="context lengths, comma-separated")
