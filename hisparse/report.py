@@ -228,4 +228,9 @@ def load(path: Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED if not isinstance(doc, dict) or k not in doc]
     if missing:
         raise ReportError(f"{path} is not a hisparse simulate --json file (no {missing[0]})")
+    try:  # every other field the report reads, read once here: a refusal, not a traceback
+        lines(doc)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        what = f"no {exc.args[0]}" if isinstance(exc, KeyError) and exc.args else "a bad field"
+        raise ReportError(f"{path} is not a hisparse simulate --json file ({what})") from exc
     return dict(doc)

@@ -5,9 +5,9 @@ largest unit under 1024; the plot draws every series, scaled.
 
 ``tests/test_report.py`` refuses a document with almost nothing in it; a field dropped
 from the required ones (mutant ``drop``) let a run without it through, to fail later
-with a ``KeyError`` instead of the one-line refusal. (``load`` checks seven fields; the
-report reads more, e.g. ``finished``: a document missing one of those still fails with
-a ``KeyError``. A finding for ``report.py``'s owner, not stated here.)
+with a ``KeyError`` instead of the one-line refusal. ``load`` also reads every other field
+the report prints once, so a document missing one of those (``finished``, say) is a
+``ReportError`` naming it, never a ``KeyError`` later.
 """
 
 from __future__ import annotations
@@ -45,6 +45,25 @@ def test_a_run_without_one_required_field_is_refused_by_name(tmp_path: Path, fie
     with pytest.raises(ReportError, match=rf"not a hisparse simulate --json file \(no {field}\)"):
         load(path)
 
+
+@pytest.mark.parametrize("field", sorted(RUN))
+def test_a_run_without_any_one_field_is_refused_or_prints(tmp_path: Path, field: str) -> None:
+    """Whatever field is missing, load refuses it by name or the report prints in full."""
+    path = tmp_path / "run.json"
+    path.write_text(dumps({k: v for k, v in RUN.items() if k != field}))
+    try:
+        doc = load(path)
+    except ReportError as exc:
+        assert f"(no {field})" in str(exc)
+    else:
+        assert lines(doc)
+
+
+def test_a_run_with_a_field_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(dumps({**RUN, "finished": "many"}))
+    with pytest.raises(ReportError, match=r"not a hisparse simulate --json file \(a bad field\)"):
+        load(path)
 
 
 @pytest.mark.parametrize(("n", "text"), [
