@@ -111,10 +111,14 @@ Domain = Literal[
 ]
 # How one field of the replay record is written in TLA+ (hisparse/tracecheck/encode.py):
 # a name, a page, a GPU or host block, or the host/GPU blocks an Arrive chose (read off
-# its ``loc`` change, so TLC need not enumerate the choice).
+# its ``loc`` change) or an AdmitImport leased (its ``gpuOwner`` and ``pg`` changes), so
+# TLC need not enumerate the choice.
 Encoding = Literal[
-    "name", "page", "gpu", "host", "rank", "chunk", "arrive_hosts", "arrive_blocks"
+    "name", "page", "gpu", "host", "rank", "chunk", "arrive_hosts", "arrive_blocks",
+    "admit_blocks", "admit_hosts",
 ]
+# The encodings read off a step's changes, not its arguments (a choice the action made).
+WITNESSES = frozenset({"arrive_hosts", "arrive_blocks", "admit_blocks", "admit_hosts"})
 BugKind = Literal["invariant", "property"]
 
 
@@ -361,7 +365,8 @@ CATALOGUE: tuple[Action, ...] = (
     Action(
         "AdmitImport", RequestArgs, "request",
         ("req", "gpuOwner", "hostState", "hostKey", "imp", "pg"),
-        "AdmitImport(e.args.request)", (("request", "name"),),
+        "AdmitImportWith(e.args.request, e.args.blocks, e.args.hosts)",
+        (("request", "name"), ("blocks", "admit_blocks"), ("hosts", "admit_hosts")),
         (("request", "admit_import"), ("host_page", "lease")),
         (Variant("retarget_on_retry", "ImportTargetStable", "invariant",
                  "admission recomputes the landing target from the pools of the retry",
@@ -634,7 +639,7 @@ def disagreements(
                 out.append(f"{a.name}: replay reads {sorted(used)}, encoding gives "
                            f"{sorted(f for f, _ in a.tla_args)}")
         model_fields = set(a.args.model_fields)
-        plain = {f for f, e in a.tla_args if not e.startswith("arrive_")}
+        plain = {f for f, e in a.tla_args if e not in WITNESSES}
         if plain != model_fields:
             out.append(f"{a.name}: argument model {sorted(model_fields)} != "
                        f"encoded fields {sorted(plain)}")

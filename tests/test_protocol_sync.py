@@ -93,7 +93,7 @@ def test_an_action_only_in_the_catalogue_is_found() -> None:
 
 def test_wrong_writes_are_found() -> None:
     assert "Retire: catalogue writes" in _problems_with(_replace("Retire", writes=("req", "loc")))
-    retired = "    /\\ pg' = [p \\in Pages |-> IF PageReq(p) = r THEN NoPg ELSE pg[p]]\n"
+    retired = "    /\\ pg' = SetAt(pg, PagesOf(r), [p \\in PagesOf(r) |-> NoPg])\n"
     spec = SPEC.replace(
         retired + "    /\\ UNCHANGED <<loc, ", retired + "    /\\ UNCHANGED <<req, loc, "
     )

@@ -474,7 +474,7 @@ Retire(r) ==
           \A h \in HostBlocks : hostKey[h] \notin {KeyOf(p) : p \in PagesOf(r)}
     /\ req' = [req EXCEPT ![r] = "new"]
     /\ imp' = [imp EXCEPT ![r] = NoImp]
-    /\ pg' = [p \in Pages |-> IF PageReq(p) = r THEN NoPg ELSE pg[p]]
+    /\ pg' = SetAt(pg, PagesOf(r), [p \in PagesOf(r) |-> NoPg])
     /\ UNCHANGED <<loc, gpuOwner, srcPin, hostState, hostKey, prefix, spill,
                    down, up, netVars, workerVars, gpuData, hostData>>
 
@@ -521,7 +521,12 @@ ChooseTarget(r) ==
 \* Device: a GPU block per page. Host: a host block per page (leased, claiming the
 \* page's key, not published) and the mirrored page's GPU block. Otherwise the
 \* request waits (this action is not enabled) and retries with the same target.
-AdmitImport(r) ==
+\* `blocks` and `hosts` (sequences) are the choice: for the device target a GPU block
+\* per page and no host block; for the host target the mirrored final page's GPU block
+\* and a host block per page. AdmitImport(r) chooses them freely; trace validation
+\* passes the ones an implementation reported (as ArriveWith: TLC would otherwise
+\* enumerate every choice, |free blocks| ^ pages of them).
+AdmitImportWith(r, blocks, hosts) ==
     /\ req[r] = "new"
     /\ imp[r].phase = "announced"
     /\ imp[r].target # "none"
@@ -530,32 +535,39 @@ AdmitImport(r) ==
        LET n == Len(PageKeys[r]) IN
        /\ IF t = "device"
           THEN /\ DeviceFits(r)
-               /\ \E blocks \in [1..n -> FreeGpu] :
-                  /\ Cardinality({blocks[i] : i \in 1..n}) = n
-                  /\ gpuOwner' = [g \in GpuBlocks |->
-                                    IF \E i \in 1..n : blocks[i] = g
-                                    THEN PageAt(r, CHOOSE i \in 1..n : blocks[i] = g)
-                                    ELSE gpuOwner[g]]
-                  /\ UNCHANGED <<hostState, hostKey, pg>>
+               /\ Len(blocks) = n /\ Len(hosts) = 0
+               /\ \A i \in 1..n : blocks[i] \in FreeGpu
+               /\ Cardinality({blocks[i] : i \in 1..n}) = n
+               /\ gpuOwner' = [g \in GpuBlocks |->
+                                 IF \E i \in 1..n : blocks[i] = g
+                                 THEN PageAt(r, CHOOSE i \in 1..n : blocks[i] = g)
+                                 ELSE gpuOwner[g]]
+               /\ UNCHANGED <<hostState, hostKey, pg>>
           ELSE /\ HostFits(r)
-               /\ \E hosts \in [1..n -> {h \in HostBlocks : hostState[h] = "free"}],
-                     g \in FreeGpu :
-                  /\ Cardinality({hosts[i] : i \in 1..n}) = n
-                  /\ gpuOwner' = [gpuOwner EXCEPT ![g] = PageAt(r, n)]
-                  /\ hostState' = [h \in HostBlocks |->
-                                     IF \E i \in 1..n : hosts[i] = h THEN "leased"
-                                     ELSE hostState[h]]
-                  /\ hostKey' = [h \in HostBlocks |->
-                                   IF \E i \in 1..n : hosts[i] = h
-                                   THEN PageKeys[r][CHOOSE i \in 1..n : hosts[i] = h]
-                                   ELSE hostKey[h]]
-                  /\ pg' = [p \in Pages |->
-                              IF p \in Mine THEN [NoPg EXCEPT !.host = <<"host", hosts[PageIdx(p)]>>]
-                              ELSE pg[p]]
+               /\ Len(blocks) = 1 /\ Len(hosts) = n
+               /\ blocks[1] \in FreeGpu
+               /\ \A i \in 1..n : hosts[i] \in HostBlocks /\ hostState[hosts[i]] = "free"
+               /\ Cardinality({hosts[i] : i \in 1..n}) = n
+               /\ gpuOwner' = [gpuOwner EXCEPT ![blocks[1]] = PageAt(r, n)]
+               /\ hostState' = [h \in HostBlocks |->
+                                  IF \E i \in 1..n : hosts[i] = h THEN "leased"
+                                  ELSE hostState[h]]
+               /\ hostKey' = [h \in HostBlocks |->
+                                IF \E i \in 1..n : hosts[i] = h
+                                THEN PageKeys[r][CHOOSE i \in 1..n : hosts[i] = h]
+                                ELSE hostKey[h]]
+               /\ pg' = SetAt(pg, Mine, [p \in Mine |->
+                           [NoPg EXCEPT !.host = <<"host", hosts[PageIdx(p)]>>]])
     /\ req' = [req EXCEPT ![r] = "importing"]
     /\ imp' = [imp EXCEPT ![r].phase = "landing"]
     /\ UNCHANGED <<loc, srcPin, prefix, spill, down, up, netVars, workerVars, gpuData,
                    hostData>>
+
+AdmitImport(r) ==
+    LET n == Len(PageKeys[r]) IN
+    \/ \E blocks \in [1..n -> FreeGpu] : AdmitImportWith(r, blocks, <<>>)
+    \/ \E g \in FreeGpu, hosts \in [1..n -> {h \in HostBlocks : hostState[h] = "free"}] :
+          AdmitImportWith(r, <<g>>, hosts)
 
 \* The worker leases a staging slot for a host-target page; none is left: refused.
 LeaseStaging(p) ==
@@ -634,9 +646,8 @@ ReportImport(r) ==
 ImportError(r) ==
     /\ imp[r].phase = "landing"
     /\ imp' = [imp EXCEPT ![r].phase = "failed"]
-    /\ pg' = [p \in Pages |-> IF PageReq(p) = r
-                              THEN [pg[p] EXCEPT !.slot = FALSE, !.staged = {}]
-                              ELSE pg[p]]
+    /\ pg' = SetAt(pg, PagesOf(r), [p \in PagesOf(r) |->
+                                      [pg[p] EXCEPT !.slot = FALSE, !.staged = {}]])
     /\ UNCHANGED <<schedVars, down, up, netVars, workerVars, gpuData, hostData>>
 
 \* The done ack: the host pages become valid and are published (prefix-indexed),
@@ -647,13 +658,14 @@ CompleteImport(r) ==
     /\ req[r] = "importing"
     /\ \E Mine \in {PagesOf(r)} :
        \E Hosts \in {{pg[p].host[2] : p \in {q \in Mine : pg[q].host # NoLoc}}} :
-       /\ loc' = [p \in Pages |->
-                    IF p \notin Mine THEN loc[p]
-                    ELSE IF pg[p].host = NoLoc \/ Mirrored(p) THEN <<"gpu", GpuOf(p)>>
-                    ELSE pg[p].host]
+       /\ loc' = SetAt(loc, Mine, [p \in Mine |->
+                    IF pg[p].host = NoLoc \/ Mirrored(p) THEN <<"gpu", GpuOf(p)>>
+                    ELSE pg[p].host])
        /\ hostState' = [h \in HostBlocks |-> IF h \in Hosts THEN "valid" ELSE hostState[h]]
-       /\ prefix' = [k \in Keys |-> prefix[k] \cup {h \in Hosts : hostKey[h] = k}]
-       /\ pg' = [p \in Pages |-> IF p \in Mine THEN [pg[p] EXCEPT !.host = NoLoc] ELSE pg[p]]
+       \* only the published blocks' keys gain a block (the others' union adds nothing)
+       /\ prefix' = LET K == {hostKey[h] : h \in Hosts} \cap Keys
+                    IN SetAt(prefix, K, [k \in K |-> prefix[k] \cup {h \in Hosts : hostKey[h] = k}])
+       /\ pg' = SetAt(pg, Mine, [p \in Mine |-> [pg[p] EXCEPT !.host = NoLoc]])
     /\ req' = [req EXCEPT ![r] = "running"]
     /\ imp' = [imp EXCEPT ![r].phase = "none"]
     /\ UNCHANGED <<gpuOwner, srcPin, hostKey, spill, down, up, netVars, workerVars, gpuData,
@@ -674,10 +686,9 @@ FailImport(r) ==
           ELSE /\ hostState' = [h \in HostBlocks |-> IF h \in Hosts THEN "free" ELSE hostState[h]]
                /\ hostKey' = [h \in HostBlocks |-> IF h \in Hosts THEN NoKey ELSE hostKey[h]]
                /\ hostData' = Scribble(Hosts)
-       /\ pg' = [p \in Pages |->
-                   IF p \notin Mine THEN pg[p]
-                   ELSE IF Bug = "fail_keeps_host_blocks" THEN [NoPg EXCEPT !.host = pg[p].host]
-                   ELSE NoPg]
+       /\ pg' = SetAt(pg, Mine, [p \in Mine |->
+                   IF Bug = "fail_keeps_host_blocks" THEN [NoPg EXCEPT !.host = pg[p].host]
+                   ELSE NoPg])
     /\ req' = [req EXCEPT ![r] = "aborted"]
     /\ imp' = [imp EXCEPT ![r].phase = "none"]
     /\ UNCHANGED <<loc, srcPin, prefix, spill, down, up, netVars, workerVars>>
@@ -825,9 +836,12 @@ WorkerLoss(w) ==
           /\ hostKey' = n.hostKey
           /\ prefix' = n.prefix
           /\ hostData' = n.hostData
-    /\ imp' = [r \in Requests |-> IF imp[r].phase \in {"landing", "landed"}
-                                  THEN [imp[r] EXCEPT !.phase = "failed"] ELSE imp[r]]
-    /\ pg' = [p \in Pages |-> [pg[p] EXCEPT !.slot = FALSE, !.staged = {}]]
+    \* SetAt at the entries that change (a page with no slot and nothing staged is its own
+    \* cleared self), so a replay's imp and pg stay sequences (tracecheck/module.py TrInit)
+    /\ imp' = LET L == {r \in Requests : imp[r].phase \in {"landing", "landed"}}
+              IN SetAt(imp, L, [r \in L |-> [imp[r] EXCEPT !.phase = "failed"]])
+    /\ pg' = LET S == {p \in Pages : pg[p].slot \/ pg[p].staged # {}}
+             IN SetAt(pg, S, [p \in S |-> [pg[p] EXCEPT !.slot = FALSE, !.staged = {}]])
     /\ UNCHANGED <<req, loc, copying, waits, reading>>
 
 -----------------------------------------------------------------------------

@@ -258,6 +258,21 @@ def _arrive_witness(step: TraceStep, ids: Ids) -> dict[str, str]:
     return {"arrive_hosts": tup(hosts), "arrive_blocks": tup(blocks)}
 
 
+def _admit_witness(step: TraceStep, ids: Ids) -> dict[str, str]:
+    """The blocks AdmitImport leased, read off its changes: the GPU blocks now owned by
+    the request's pages (device target: one per page; host target: the mirrored final
+    page's), in page order, and the host block each page's ``pg`` names, in page order.
+    The spec's AdmitImportWith checks that the choice was allowed."""
+    a, post = step.args, step.post
+    assert isinstance(a, RequestArgs)
+    owned = sorted((p[1], g) for g, p in (post.gpuOwner or {}).items()
+                   if p is not None and p[0] == a.request)
+    leased = sorted((q[1], y.host) for q, y in (post.pg or [])
+                    if q[0] == a.request and y.host is not None)
+    return {"admit_blocks": tup(gpu(g) for _, g in owned),
+            "admit_hosts": tup(host(h, ids) for _, h in leased)}
+
+
 # How each catalogue Encoding writes one argument value.
 def _encoders(ids: Ids) -> dict[str, Callable[[Any], str]]:
     """How each catalogue Encoding writes one argument value ("name": a request)."""
@@ -272,7 +287,9 @@ def args(step: TraceStep, ids: Ids) -> str:
     fields = ACTIONS[step.action].tla_args
     if not fields:
         return "<<>>"
-    witness = _arrive_witness(step, ids) if any(e.startswith("arrive_") for _, e in fields) else {}
+    encodings = {e for _, e in fields}
+    witness = (_arrive_witness(step, ids) if "arrive_blocks" in encodings
+               else _admit_witness(step, ids) if "admit_blocks" in encodings else {})
     encode = _encoders(ids)
     return record(
         [

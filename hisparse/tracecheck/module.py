@@ -128,7 +128,7 @@ def diagnosed(at: int | None) -> str:
 
 
 def initial(ids: ints.Ids) -> str:
-    """``TrInit``: the spec's initial ``req``, ``loc`` and ``prefix`` written as sequences.
+    """``TrInit``: the spec's initial ``req``, ``loc``, ``prefix``, ``imp``, ``pg`` as sequences.
 
     TraceInit binds them so, then ``Init`` checks that they are its values (its
     constructors build the same functions); TLC keeps a sequence as one, which it looks
@@ -136,7 +136,8 @@ def initial(ids: ints.Ids) -> str:
     constructors build are looked up linearly, in every state after.
     """
     values = (("req", '"new"', len(ids.requests)), ("loc", "NoLoc", ids.pages),
-              ("prefix", "{}", len(ids.keys)))
+              ("prefix", "{}", len(ids.keys)), ("imp", "NoImp", len(ids.requests)),
+              ("pg", "NoPg", ids.pages))
     conj = "\n".join(f"    /\\ {v} = {encode.tup([x] * n)}" for v, x, n in values)
     return f"TrInit ==\n{conj}\n"
 
