@@ -28,6 +28,7 @@ from hisparse.executor.base import Executor
 from hisparse.executors import make_executor
 from hisparse.msgfaults import MessageFaults
 from hisparse.pdimport.sim import PdOptions, PdSide
+from hisparse.rows import locality_topk, rows_of
 from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
 from hisparse.spec.errors import InvariantViolation, MessageGap
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
@@ -177,40 +178,6 @@ class SimulateReport:
     sizes: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in SERIES})
     notes: list[str] = field(default_factory=list)
-
-
-def rows_of(
-    key_ids: NDArray[np.int64], layer: int, offsets: NDArray[np.int64], width: int
-) -> NDArray[np.uint8]:
-    """The bytes of KV rows [N, width]: an identifying header, then a derived pattern."""
-    n = key_ids.size
-    head = np.stack([key_ids, np.full(n, layer), offsets], axis=-1).astype(np.uint32)
-    cols = np.arange(width - 12, dtype=np.int64)
-    tail = (cols[None, :] * 31 + key_ids[:, None] * 7 + layer * 13 + offsets[:, None]) % 251
-    out: NDArray[np.uint8] = np.concatenate(
-        [head.view(np.uint8).reshape(n, 12), tail.astype(np.uint8)], axis=1
-    )
-    return out
-
-
-def locality_topk(rng: random.Random, n: int, k: int) -> NDArray[np.int32]:
-    """A top-K over ``n`` positions with locality: the recent tail, a cluster around a
-    drifting centre, a few random (duplicates allowed); all positions, padded, if n <= k."""
-    if n <= k:
-        out = np.full(k, -1, np.int32)
-        out[:n] = np.arange(n, dtype=np.int32)
-        return out
-    tail = list(range(n - k // 4, n))
-    centre = rng.randrange(n)
-    cluster = [min(n - 1, max(0, centre + rng.randint(-k, k))) for _ in range(k // 2)]
-    rand = [rng.randrange(n) for _ in range(k - len(tail) - len(cluster))]
-    return np.array(tail + cluster + rand, dtype=np.int32)
-
-
-def row_bytes_of(key_id: int, layer: int, offset: int, width: int) -> NDArray[np.uint8]:
-    """The bytes of one KV row (see ``rows_of``)."""
-    row: NDArray[np.uint8] = rows_of(np.array([key_id]), layer, np.array([offset]), width)[0]
-    return row
 
 
 class Simulation:

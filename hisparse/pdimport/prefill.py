@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from hisparse.rows import rows_of
+
 FILLER = 0xA5
 """What a prefiller's rows past the last token hold: never read, so never seen."""
 
@@ -21,8 +23,6 @@ def prefill_pages(
     num_tokens: int,
 ) -> NDArray[np.uint8]:
     """``[pages, layers * block_tokens * row_bytes]``: each page's rows for every layer."""
-    from hisparse.simulate import rows_of  # the simulator's row oracle (no import cycle)
-
     n = key_ids.size
     keys = np.repeat(key_ids, block_tokens)
     offs = np.tile(np.arange(block_tokens, dtype=np.int64), n)

@@ -36,7 +36,7 @@ from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.base import Executor
 from hisparse.executor.cuda.tp import SharedReaderExecutor, SharedWriterExecutor
 from hisparse.executor.reference import ReferenceExecutor
-from hisparse.simulate import locality_topk, rows_of
+from hisparse.rows import locality_topk, rows_of
 from hisparse.spec.invariants import check_invariants
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META
 from hisparse.tp.group import Group

@@ -75,6 +75,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/cli.py": _t(*_CLI),
     "hisparse/cliargs.py": _t("test_rule_cliargs_bounds", *_CLI, "test_sizing"),
     "hisparse/simulate.py": _t("test_simulate", "test_workerproc", "test_report", "test_metrics"),
+    "hisparse/rows.py": _t("test_simulate", "test_pdimport_runner", "test_tp"),
     "hisparse/executors.py": _t("test_simulate", "test_workerproc", "test_accounting_executor"),
     "hisparse/workload.py": _t("test_workload", "test_simulate"),
     "hisparse/report.py": _t("test_report", "test_rule_report_load"),
