@@ -1,4 +1,4 @@
-"""A trace replay checks four invariants at what each step changed (``tracecheck.delta``).
+"""A trace replay checks nine invariants at what each step changed (``tracecheck.delta``).
 
 The restated checks rely on the spec defining each invariant from exactly the parts
 ``delta`` names; every state after the first is checked the incremental way, so a bug
@@ -30,7 +30,9 @@ from tests.protocol_helpers import make_machine
 
 # The registered bugs caught by an invariant delta restates: NoDoubleOwnership (its GPU
 # and its host part), PublishedDataCorrect (its key part, through a block's old hostKey),
-# RetiredUnreferenced; TypeOK's is doctored below (its bug's JSON matches no successor).
+# RetiredUnreferenced, and the five P/D import invariants (StagingBounded through
+# trSlots, MirrorBeforeRead through trMirror, ...); TypeOK's is doctored below (its bug's
+# JSON matches no successor).
 DELTA_BUGS = [b for b in PROTOCOL_BUGS if b.kind == "invariant" and b.catches in delta.SHAPES]
 
 
@@ -50,6 +52,8 @@ def test_the_replay_checks_the_delta_versions_under_the_spec_names() -> None:
     assert delta.spec_name("NoLeaseLeaked") == "NoLeaseLeaked"
     assert {b.catches for b in DELTA_BUGS} == {
         "NoDoubleOwnership", "PublishedDataCorrect", "RetiredUnreferenced", "TypeOK",
+        "StagingBounded", "ImportPublishedComplete", "MirrorBeforeRead", "ImportTargetStable",
+        "NoImportLeak",
     }
 
 
@@ -139,3 +143,59 @@ def test_a_change_the_step_does_not_report_is_a_rejection(
 
     step, reason = rejection(edited(trace, at, unreported), tmp_path, tlc)
     assert (step, reason) == (at, "the post-state matches no successor of the spec")
+
+
+# What the trackers' updates get wrong when each is broken (a name for the test's id).
+TRACKER_SLIPS = {
+    "trOnGpu counts the page's old block": ("+ Cardinality({p \\in P : loc'[p] = <<\"gpu\", b>>})",
+                                            "+ Cardinality({p \\in P : loc[p] = <<\"gpu\", b>>})"),
+    "trSlots counts the slots before": ("+ Cardinality({p \\in P : pg'[p].slot})",
+                                        "+ Cardinality({p \\in P : pg[p].slot})"),
+    "trImpHost drops the new blocks": ("TrHostAt(pg[p].host) \\cup TrHostAt(pg'[p].host)",
+                                       "TrHostAt(pg[p].host)"),
+    "trMirror keeps the ended": ("(trMirror \\ R) \\cup", "trMirror \\cup"),
+}
+
+
+@pytest.fixture(scope="module")
+def pd_trace(tmp_path_factory: pytest.TempPathFactory) -> Trace:
+    """A P/D run's trace (both targets, failures, unaligned final blocks)."""
+    from hisparse.simulate import SimulateOptions, simulate
+    from hisparse.spec.trace import read_trace
+
+    path = tmp_path_factory.mktemp("pd") / "pd.jsonl"
+    rep = simulate(SimulateOptions(requests=40, steps=300, seed=3, pd_share=0.5, trace=path))
+    im = rep.imports
+    assert im["device"] and im["host"] and im["failed"], im  # every path taken
+    return read_trace(path)
+
+
+def tracker_replay(trace: Trace, tmp_path: Path, tlc: TlcInstall, tla: str) -> Any:
+    """Replay ``trace`` (with ``tla`` as delta's text) checking only ``TrTrackersExact``."""
+    from hisparse.tlc.runner import run_tlc
+
+    module, cfg = tmp_path / f"{gen.MODULE}.tla", tmp_path / f"{gen.MODULE}.cfg"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(delta, "TLA", tla)
+        module.write_text(gen.module_text([trace]))
+    cfg.write_text(gen.cfg_text(["TrTrackersExact"]))
+    return run_tlc(module, cfg, tmp_path, 1, tla_dir=tla_dir(), install=tlc).output
+
+
+@pytest.mark.tlc
+def test_the_trackers_are_what_they_track_over_a_pd_run(
+    pd_trace: Trace, tmp_path: Path, tlc: TlcInstall
+) -> None:
+    out = tracker_replay(pd_trace, tmp_path, tlc, delta.TLA)
+    assert out.result == "ok" and out.distinct_states == len(pd_trace.steps) + 1, out
+
+
+@pytest.mark.tlc
+@pytest.mark.parametrize("slip", sorted(TRACKER_SLIPS))
+def test_a_tracker_that_slips_is_caught(
+    slip: str, pd_trace: Trace, tmp_path: Path, tlc: TlcInstall
+) -> None:
+    right, wrong = TRACKER_SLIPS[slip]
+    assert delta.TLA.count(right) == 1
+    out = tracker_replay(pd_trace, tmp_path, tlc, delta.TLA.replace(right, wrong))
+    assert out.result == "violation" and out.violated == ["TrTrackersExact"], out

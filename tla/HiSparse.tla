@@ -1131,38 +1131,49 @@ StagingBounded == Cardinality(Slots) <= StagingSlots
 \* sent only once every chunk of every page is at its destination; a running
 \* imported request has all its bytes; an importing host page is never published
 \* before its import completes.
-ImportPublishedComplete ==
-    /\ \A r \in {x \in Imports : imp[x].phase = "landed"
-                                \/ (req[x] = "running" /\ imp[x].target # "none")} :
-          \A p \in PagesOf(r) : pg[p].landed = Chunks
-    /\ \A p \in Pages : pg[p].host # NoLoc => hostState[pg[p].host[2]] = "leased"
+\* (Its parts at the requests R and the pages P; a trace replay checks them only where a
+\* step could have changed them: hisparse/tracecheck/delta.py.)
+ImportLandedAt(R) ==
+    \A r \in {x \in R : imp[x].phase = "landed" \/ (req[x] = "running" /\ imp[x].target # "none")} :
+        \A p \in PagesOf(r) : pg[p].landed = Chunks
+ImportHostLeasedAt(P) ==
+    \A p \in P : pg[p].host # NoLoc => hostState[pg[p].host[2]] = "leased"
+ImportPublishedComplete == ImportLandedAt(Imports) /\ ImportHostLeasedAt(Pages)
 
 \* A mirrored page holds its bytes at its resident destination by the time its host
 \* import is reported done, before the request can decode (LivePagesReadable then
 \* keeps it readable).
-MirrorBeforeRead ==
-    \A r \in {x \in Imports : imp[x].target = "host" /\ imp[x].phase = "landed"
-                             /\ req[x] = "importing"} :
-        LET p == PageAt(r, Len(PageKeys[r])) IN gpuData[GpuOf(p)] = KeyOf(p)
+\* (MirrorPending(r): r is such a request; MirroredAt(R): the check at those of R. A trace
+\* replay keeps the set of pending ones as it changes: hisparse/tracecheck/delta.py.)
+MirrorPending(r) == imp[r].target = "host" /\ imp[r].phase = "landed" /\ req[r] = "importing"
+MirroredAt(R) ==
+    \A r \in R : LET p == PageAt(r, Len(PageKeys[r])) IN gpuData[GpuOf(p)] = KeyOf(p)
+MirrorBeforeRead == MirroredAt({x \in Imports : MirrorPending(x)})
 
 \* An import lands where the target chosen for it says, whatever the pools were at
 \* its admission: host blocks for every page iff the target is "host".
-ImportTargetStable ==
-    \A r \in {x \in Imports : imp[x].phase \in LiveImport} :
+\* (Its part at the requests R: a trace replay checks it where a step could have changed it.)
+ImportTargetStableAt(R) ==
+    \A r \in {x \in R : imp[x].phase \in LiveImport} :
         /\ imp[r].target # "none"
         /\ (imp[r].target = "host") = (\A p \in PagesOf(r) : pg[p].host # NoLoc)
+ImportTargetStable == ImportTargetStableAt(Imports)
 
 \* Nothing of an import outlives it: only a landing import holds staging slots; only
 \* a live import holds host blocks as its destinations; an ended imported request's
 \* GPU blocks are pinned sources or a live import's.
-NoImportLeak ==
-    /\ \A p \in Slots : imp[PageReq(p)].phase = "landing"
-    /\ \A p \in Pages : pg[p].host # NoLoc => imp[PageReq(p)].phase \in LiveImport
-    /\ \A g \in GpuBlocks :
-          /\ gpuOwner[g] \in Pages
-          /\ PageReq(gpuOwner[g]) \in Imports
-          /\ req[PageReq(gpuOwner[g])] \in {"finished", "aborted"}
-          => srcPin[g] \/ imp[PageReq(gpuOwner[g])].phase \in LiveImport
+\* (Its page part at the pages P, and its block part: a trace replay checks the first only
+\* where a step could have changed it.)
+NoImportLeakAt(P) ==
+    \A p \in P : /\ pg[p].slot => imp[PageReq(p)].phase = "landing"
+                /\ pg[p].host # NoLoc => imp[PageReq(p)].phase \in LiveImport
+NoImportLeakBlocks ==
+    \A g \in GpuBlocks :
+        /\ gpuOwner[g] \in Pages
+        /\ PageReq(gpuOwner[g]) \in Imports
+        /\ req[PageReq(gpuOwner[g])] \in {"finished", "aborted"}
+        => srcPin[g] \/ imp[PageReq(gpuOwner[g])].phase \in LiveImport
+NoImportLeak == NoImportLeakAt(Pages) /\ NoImportLeakBlocks
 
 -----------------------------------------------------------------------------
 (* Liveness under worker fairness. *)

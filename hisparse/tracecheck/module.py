@@ -40,7 +40,7 @@ TrStep == Traces[tr][cursor]
 
 TraceInit ==
     /\\ {init} /\\ tr \\in 1..Len(Traces) /\\ cursor = 1
-    /\\ trOnGpu = TrOnGpuInit /\\ trOldKey = <<>>
+    /\\ {auxinit}
 
 TraceNext ==
     \\/ /\\ cursor <= Len(Traces[tr])
@@ -195,7 +195,7 @@ def module_text(
             initial(ids) if start is None else "",
             _REPLAY.replace("{init}", "TrInit /\\ Init" if start is None else "TrStart").replace(
                 "{aux}", ", ".join(delta.AUX_VARS)
-            ),
+            ).replace("{auxinit}", delta.AUX_INIT),
             match_invariants(),
             "====",
             "",
