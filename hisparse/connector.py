@@ -155,13 +155,16 @@ class HiSparseConnector:
         return self.worker.restart()
 
     def get_worker_meta(self) -> HiSparseWorkerMeta | None:
-        """Transfer IDs enqueued and completed since the last call, numbered (a meta also
-        answers every sequenced metadata the worker applied, empty if need be); None if
-        there is nothing to send."""
+        """Transfer IDs enqueued and completed since the last call, and the P/D imports
+        landed, done or failed since then, numbered (a meta also answers every sequenced
+        metadata the worker applied, empty if need be); None if there is nothing to send."""
         w = self.worker
         enqueued, completed = w.take_acks()
-        stamp = w.stamp_meta(bool(enqueued or completed))
+        landed, done, failed = w.take_import_acks()
+        stamp = w.stamp_meta(bool(enqueued or completed or landed or done or failed))
         if stamp is None:
             return None
         epoch, since, seq = stamp
-        return trusted_worker_meta(enqueued, completed, w.rank, seq, since, epoch)
+        return trusted_worker_meta(
+            enqueued, completed, w.rank, seq, since, epoch, landed, done, failed
+        )

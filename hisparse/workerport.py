@@ -21,7 +21,7 @@ from hisparse.config import HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.executor.base import Executor
 from hisparse.sharedpool import SharedHostExecutor
-from hisparse.spec.messages import WORKER_META, trusted_worker_meta
+from hisparse.spec.messages import WORKER_META
 from hisparse.spec.state import Loc, RequestId
 from hisparse.worker import HiSparseWorker
 
@@ -152,19 +152,8 @@ class LocalWorker:
         self.executor.release(count)
 
     def take_meta(self) -> bytes | None:
-        landed, done, failed = self.worker.take_import_acks()
-        if not (landed or done or failed):
-            meta = self.conn.get_worker_meta()
-            return None if meta is None else WORKER_META.dump_json(meta)
-        # import acks ride in the same meta (the connector's get_worker_meta does not
-        # carry them yet: the same stamp and acks, plus the import fields)
-        w = self.worker
-        enqueued, completed = w.take_acks()
-        stamp = w.stamp_meta(True)
-        assert stamp is not None  # a meta with acks is always stamped
-        epoch, since, seq = stamp
-        return WORKER_META.dump_json(trusted_worker_meta(
-            enqueued, completed, w.rank, seq, since, epoch, landed, done, failed))
+        meta = self.conn.get_worker_meta()
+        return None if meta is None else WORKER_META.dump_json(meta)
 
     def restart(self) -> tuple[int, ...]:
         return self.conn.restart_worker()
