@@ -215,6 +215,7 @@ EXCLUDED: dict[str, str] = {
     "hisparse/engine/kvrow.py": _TORCH,
     "hisparse/engine/lockstep.py": _TORCH,
     "hisparse/engine/model.py": _TORCH,
+    "hisparse/engine/offload_gpu.py": _TORCH + " (the indexer offload's torch worker)",
 }
 
 # The whole non-TLC suite a survivor of its guards must also pass. The compiled-build
