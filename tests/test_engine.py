@@ -8,8 +8,11 @@ GPU tests (marked ``gpu``; they import torch only once the marker has let them r
 - the graph run equals the eager run, and a step does no host synchronization.
 
 The rest run everywhere (CI has no torch): the package imports without torch, shapes
-are checked, the workload's prefix identities are sound, and the scheduler side spills
-only complete pages.
+are checked, the workload's prefix identities are sound, the scheduler side spills
+only complete pages, and the indexer offload's scheduler side (engine/offload.py, over
+the numpy OffloadingWorker) stores spilled pages' indexer blocks, restores a sharer's
+host-hit suffix byte for byte, or falls back with HiSparse's hit capped. Its GPU half is
+tests/test_engine_indexer_offload_gpu.py.
 """
 
 from __future__ import annotations
@@ -23,11 +26,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 from hisparse.config import GIB, HiSparseConfig
+from hisparse.connectors.base import KVLayout
+from hisparse.connectors.offloading import OffloadingScheduler, OffloadingWorker
 from hisparse.engine.config import ROW_BYTES, EngineConfigError, EngineShape, ModelShape
+from hisparse.engine.offload import IndexerOffload
 from hisparse.engine.schedule import HiSparseScheduler, SchedulerError
-from hisparse.engine.workload import make_request, mooncake_requests, pages_needed
+from hisparse.engine.workload import (
+    EngineRequest,
+    make_request,
+    mooncake_requests,
+    pages_needed,
+)
 from hisparse.executor.reference import ReferenceExecutor
 
 # -- everywhere ---------------------------------------------------------------------------
@@ -37,6 +49,7 @@ def test_engine_package_imports_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "import hisparse.engine, hisparse.engine.schedule, hisparse.engine.workload\n"
+        "import hisparse.engine.offload\n"
         "print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -163,6 +176,95 @@ def test_a_full_batch_is_refused_before_the_coordinator_changes() -> None:
         sched.admit(reqs[4])
     assert sched.kv.num_free == free
     assert sched.coordinator.state.req["r4"] != "running"
+
+
+def _offloaded(capacity: int) -> tuple[IndexerOffload, HiSparseScheduler, EngineShape,
+                                         NDArray[np.uint8]]:
+    """A scheduler with the indexer group offloaded to a numpy worker (any block size:
+    the connector never looks inside a block)."""
+    sched, shape = _scheduler(gpu_blocks=64)
+    layout = KVLayout(block_tokens=shape.block_tokens)
+    gpu = np.zeros((shape.slots * shape.max_pages, 96), np.uint8)
+    worker = OffloadingWorker(layout, gpu, capacity)
+    offload = OffloadingScheduler(layout, gpu.shape[1], capacity)
+    return IndexerOffload(sched, offload, worker, max_pages=shape.max_pages), sched, shape, gpu
+
+
+def _spill_and_end_a_sharer(
+    ix: IndexerOffload, sched: HiSparseScheduler, shape: EngineShape, gpu: NDArray[np.uint8]
+) -> EngineRequest:
+    """Request a (8 prompt pages shared with b) runs, spills them, ends; b is next."""
+    a = make_request("a", [1], 600, 10, shape=shape, vocab=100)
+    b = make_request("b", [1], 600, 10, shape=shape, vocab=100)
+    assert a.page_keys[:8] == b.page_keys[:8] and a.page_keys[8] != b.page_keys[8]
+    for r in (a, b):
+        sched.add(r)
+        ix.add(r)
+    plan = ix.plan(a)
+    assert (plan.host_hit, plan.restore, plan.fallback) == (0, (), False)
+    got = sched.admit(a, plan.admit_mla)
+    assert got is not None
+    slot, _ = got
+    assert ix.admitted(a, slot, plan) == 0
+    for j in range(10):  # what prefill and decode wrote into a's indexer blocks
+        gpu[ix.block(slot, j)] = j + 1
+    assert sched.reclaim(8, {"a": 599}) == 8  # pages 1..8 are complete
+    ix.flush()  # the indexer stores go down (the numpy worker copies at once)
+    ix.deliver()
+    sched.drain()
+    sched.end("a", aborted=False)
+    ix.finished("a")
+    assert "a" not in ix.hashes
+    return b
+
+
+def test_indexer_offload_restores_the_host_hit_suffix_byte_for_byte() -> None:
+    ix, sched, shape, gpu = _offloaded(capacity=32)
+    b = _spill_and_end_a_sharer(ix, sched, shape, gpu)
+    assert ix.report()["stores"] == 8
+    plan = ix.plan(b)
+    assert (plan.host_hit, plan.gpu_hit, plan.restore) == (8, 0, tuple(range(8)))
+    assert not plan.fallback and plan.admit_mla == 8
+    got = sched.admit(b, plan.admit_mla)
+    assert got is not None
+    slot, adm = got
+    assert adm.prefix_hits == 8
+    gpu[ix.block(slot, 0) : ix.block(slot, shape.max_pages)] = 0  # b's slot: no old rows
+    assert ix.admitted(b, slot, plan) == 8 * shape.block_tokens  # prefill starts there
+    for j in range(8):
+        assert (gpu[ix.block(slot, j)] == j + 1).all(), j
+    assert not gpu[ix.block(slot, 8) : ix.block(slot, shape.max_pages)].any()
+    ix.deliver()
+    rep = ix.report()
+    assert (rep["restores"], rep["restore_bytes"]) == (8, 8 * gpu.shape[1])
+    assert (rep["suffix_restores"], rep["fallbacks"], rep["host_hits"]) == (1, 0, 1)
+    assert rep["open_jobs"] == 0  # every copy acked
+
+
+def test_indexer_offload_falls_back_to_no_hit_when_the_suffix_is_not_stored() -> None:
+    ix, sched, shape, gpu = _offloaded(capacity=4)  # 4 of the 8 stores are refused
+    b = _spill_and_end_a_sharer(ix, sched, shape, gpu)
+    rep = ix.report()
+    assert (rep["stores"], rep["store_refusals"]) == (4, 4)
+    plan = ix.plan(b)
+    assert plan.host_hit == 8 and plan.fallback and plan.admit_mla == plan.admit_indexer == 0
+    assert plan.restore == ()
+    # the capped admission needs GPU blocks for the 8 pages the host hit would have served
+    assert sched.blocks_short(b, 0) == sched.blocks_short(b) + 8
+    got = sched.admit(b, plan.admit_mla)
+    assert got is not None
+    slot, adm = got
+    assert adm.prefix_hits == 0
+    assert (sched.tables.gpu[slot, :10] >= 0).all()  # prefill writes every MLA row again
+    assert ix.admitted(b, slot, plan) == 0  # ... and every index key
+    rep = ix.report()
+    assert (rep["fallbacks"], rep["fallback_pages"], rep["restores"]) == (1, 8, 0)
+
+
+def test_indexer_offload_refuses_a_second_hook() -> None:
+    ix, sched, shape, _ = _offloaded(capacity=4)
+    with pytest.raises(ValueError, match="on_spill"):
+        IndexerOffload(sched, ix.offload, ix.worker, max_pages=shape.max_pages)
 
 
 # -- on the GPU ------------------------------------------------------------------------

@@ -229,9 +229,14 @@ class OffloadingWorker:
     def layout(self) -> KVLayout:
         return self._layout
 
+    def bounds(self) -> tuple[int, int]:
+        """GPU blocks and host slots a job may name (a subclass with other buffers,
+        such as the engine's torch worker, says its own)."""
+        return int(self.gpu.shape[0]), int(self.host.shape[0])
+
     def parse_metadata(self, raw: bytes) -> OffloadMetadata:
         meta = parse_child(OFFLOAD_METADATA, raw, self._name, "connector metadata")
-        n_gpu, n_host = self.gpu.shape[0], self.host.shape[0]
+        n_gpu, n_host = self.bounds()
         for c in (*meta.stores, *meta.restores):
             if c.gpu_block >= n_gpu or c.host_slot >= n_host:
                 raise MalformedChildMessage(

@@ -85,10 +85,14 @@ class IndexCache:
         keys = self.keys[layer].view(n, t, -1)
         return (keys, self.scales[layer].view(n, t)) if self.fp8 else keys
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the group, [rows, ...] each (keys, then FP8 scales): what
+        an offload copies, block by block (engine/offload_gpu.py)."""
+        return [*self.keys.values(), *self.scales.values()]
+
     @property
     def nbytes(self) -> int:
-        tensors = [*self.keys.values(), *self.scales.values()]
-        return sum(k.numel() * k.element_size() for k in tensors)
+        return sum(k.numel() * k.element_size() for k in self.tensors())
 
 
 class KVCache(Protocol):

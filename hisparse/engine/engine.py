@@ -159,8 +159,10 @@ class DecodeEngine:
 
     # -- prefill -------------------------------------------------------------------------
 
-    def prefill(self, slot: int, prompt: NDArray[np.int32], length: int) -> None:
-        """Write the cache rows and index keys of prompt positions ``0 .. length-1``."""
+    def prefill(self, slot: int, prompt: NDArray[np.int32], length: int,
+                index_from: int = 0) -> None:
+        """Write the cache rows of prompt positions ``0 .. length-1`` and their index
+        keys from ``index_from`` on (the keys below it were restored: engine/offload.py)."""
         m = self.model
         dev = m.device
         with torch.cuda.stream(self.stream):
@@ -183,9 +185,14 @@ class DecodeEngine:
                 if m.shape.index_leaders[layer] != layer:
                     continue
                 for a in range(0, length, c):
-                    p = torch.arange(a, min(length, a + c), device=dev)
+                    end = min(length, a + c)
+                    if end <= index_from:
+                        continue  # every key of this chunk was restored
+                    p = torch.arange(a, end, device=dev)
+                    # the whole chunk is projected (the oracle's GEMM shape, its bits)
                     keys = m.prefill_keys(layer, tokens[p], p)
-                    self.index.write(layer, keys, torch.full_like(p, slot), p)
+                    lo = max(0, index_from - a)
+                    self.index.write(layer, keys[lo:], torch.full_like(p[lo:], slot), p[lo:])
 
     @property
     def kv_nbytes(self) -> int:

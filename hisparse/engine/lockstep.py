@@ -4,7 +4,10 @@ The first engine is HiSparse: its scheduler decides admissions (spilling complet
 under GPU pressure, as ``hisparse simulate`` does) and every other engine admits the
 same request into the same slot in the same step, so all engines see the same batches.
 Every step, each engine's greedy tokens, accepted drafts and the logits of every active
-entry are compared with the first engine's, bit for bit.
+entry are compared with the first engine's, bit for bit. With ``indexer`` (an
+``IndexerOffload`` of the first engine, engine/offload.py), that engine's indexer group
+is stored at spills and restored at admission by the suffix rule; the others compute
+every key.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from hisparse.engine.cache import HiSparseCache, ResidentCache
 from hisparse.engine.config import ROW_BYTES, EngineShape
 from hisparse.engine.engine import DecodeEngine
 from hisparse.engine.model import Model
+from hisparse.engine.offload import IndexerOffload
 from hisparse.engine.schedule import HiSparseScheduler, SchedulerError
 from hisparse.engine.workload import EngineRequest
 from hisparse.executor.cuda import CudaExecutor
@@ -124,6 +128,7 @@ class LockstepReport:
     seconds: float = 0.0
     kv_bytes: list[int] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
+    indexer: dict[str, int] = field(default_factory=dict)  # the indexer offload's figures
 
     @property
     def identical(self) -> bool:
@@ -156,11 +161,15 @@ class Lockstep:
     def __init__(
         self, engines: Sequence[DecodeEngine],
         schedulers: Sequence[HiSparseScheduler | None], requests: Sequence[EngineRequest],
+        indexer: IndexerOffload | None = None,
     ) -> None:
         lead = schedulers[0]
         if lead is None or len(engines) != len(schedulers):
             raise ValueError("one scheduler (or None) per engine; the first is HiSparse's")
         self.lead: HiSparseScheduler = lead
+        if indexer is not None and indexer.hs is not lead:
+            raise ValueError("the indexer offload must hook the first (leading) scheduler")
+        self.indexer = indexer
         self.engines = list(engines)
         self.schedulers = list(schedulers)
         self.shape = engines[0].shape
@@ -168,6 +177,9 @@ class Lockstep:
         for sched in self._hisparse():
             for r in self.queue:
                 sched.add(r)
+        if indexer is not None:
+            for r in self.queue:
+                indexer.add(r)
         self.running: dict[int, Running] = {}
         self.report = LockstepReport(kv_bytes=[e.kv_nbytes for e in engines],
                                      mismatches_by_engine=[0] * (len(engines) - 1))
@@ -187,6 +199,8 @@ class Lockstep:
             if done or abort:
                 for sched in self._hisparse():
                     sched.end(r.req.request_id, aborted=abort)
+                if self.indexer is not None:
+                    self.indexer.finished(r.req.request_id)
                 del self.running[slot]
                 rep.finished += done
                 rep.aborted += abort
@@ -209,9 +223,11 @@ class Lockstep:
             len(self.running) < self.shape.slots
         ):
             req = self.queue[0]
-            got = self.lead.admit(req)
+            plan = self.indexer.plan(req) if self.indexer is not None else None
+            cap = None if plan is None else plan.admit_mla  # the suffix rule's cap
+            got = self.lead.admit(req, cap)
             if got is None:  # GPU pressure: spill complete pages, retry next step
-                self.lead.reclaim(self.lead.blocks_short(req), self._final())
+                self.lead.reclaim(self.lead.blocks_short(req, cap), self._final())
                 break
             slot, adm = got
             for sched in self._hisparse()[1:]:
@@ -222,13 +238,18 @@ class Lockstep:
             self.running[slot] = Running(req, req.prefill_len, hist, len(req.prompt))
             self.report.admitted += 1
             self.report.prefix_hits += adm.prefix_hits
-            for eng in self.engines:  # before any later spill can read its pages
-                eng.prefill(slot, req.prompt, req.prefill_len)
+            restored = 0  # index keys restored into the leader's slot (engine/offload.py)
+            if self.indexer is not None and plan is not None:
+                restored = self.indexer.admitted(req, slot, plan)
+            for i, eng in enumerate(self.engines):  # before any later spill reads its pages
+                eng.prefill(slot, req.prompt, req.prefill_len, restored if i == 0 else 0)
 
     def step(self, t: int) -> None:
         s, rep = self.shape, self.report
         self._retire()
         self._admit(t)
+        if self.indexer is not None:  # this step's indexer stores, before the step
+            self.indexer.flush()
         for sched in self._hisparse():
             sched.send_commands()
         tokens = np.zeros(s.entries, np.int64)
@@ -263,6 +284,8 @@ class Lockstep:
         rep.batches.append(len(self.running))
         for sched in self._hisparse():
             sched.deliver_acks()
+        if self.indexer is not None:
+            self.indexer.deliver()
 
     def _compare(self, t: int, outs: Sequence[Any], active: NDArray[np.bool_]) -> None:
         rep = self.report
@@ -295,6 +318,8 @@ class Lockstep:
         rep = self.report
         rep.seconds = time.perf_counter() - start
         rep.spills = self.lead.coordinator.spills
+        if self.indexer is not None:
+            rep.indexer = self.indexer.report()
         if rep.batches:
             rep.batch_min, rep.batch_max = min(rep.batches), max(rep.batches)
             rep.batch_mean = float(np.mean(rep.batches))

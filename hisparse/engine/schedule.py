@@ -11,7 +11,7 @@ resolver inputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -71,27 +71,36 @@ class HiSparseScheduler:
         self.tables = PageTables(slots, max_pages)
         self.gpu_blocks = gpu_blocks
         self.slots = slots
+        self.on_spill: Callable[[str, int], None] | None = None
+        """Told (request, 1-based page) of every spill ``reclaim`` starts: the indexer
+        offload stores that page's indexer block then (engine/offload.py)."""
 
     def add(self, request: EngineRequest) -> None:
         self.coordinator.add_request(request.request_id, request.page_keys)
 
-    def admit(self, request: EngineRequest) -> tuple[int, Admission] | None:
+    def admit(self, request: EngineRequest, max_hits: int | None = None
+              ) -> tuple[int, Admission] | None:
         """The request's slot and admission, or None (nothing changed) under GPU pressure.
+        ``max_hits`` caps the host prefix hit (the indexer suffix rule's fallback).
 
         A full batch is refused (``SchedulerError``) before the coordinator is asked."""
         if len(self.worker.tables.slots) >= self.slots:
             raise SchedulerError(
                 f"{request.request_id}: all {self.slots} slots are running; end a request first"
             )
-        adm = self.coordinator.admit(request.request_id)
+        adm = self.coordinator.admit(request.request_id, max_hits)
         if adm is None:
             return None
         slot = self.worker.admit(request.request_id, adm.table)
         self.tables.bind(slot, adm.table)
         return slot, adm
 
-    def blocks_short(self, request: EngineRequest) -> int:
-        return self.coordinator.gpu_blocks_needed(request.request_id) - self.kv.num_free
+    def blocks_short(self, request: EngineRequest, max_hits: int | None = None) -> int:
+        need = self.coordinator.gpu_blocks_needed(request.request_id)
+        if max_hits is not None:
+            hits = self.coordinator.lookup_prefix(request.request_id)
+            need += max(0, hits - max_hits)
+        return need - self.kv.num_free
 
     def reclaim(self, blocks: int, final: Mapping[str, int]) -> int:
         """Spill up to ``blocks`` complete pages (oldest request first): page ``i``
@@ -107,6 +116,8 @@ class HiSparseScheduler:
             if self.coordinator.spill((r, i)) is None:
                 break
             started += 1
+            if self.on_spill is not None:
+                self.on_spill(r, i)
         return started
 
     def end(self, request_id: str, *, aborted: bool) -> None:

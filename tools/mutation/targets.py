@@ -115,6 +115,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/bench/allocsearch.py": _t("test_allocsearch"),
     "hisparse/engine/workload.py": _t("test_engine", "test_workload"),
     "hisparse/engine/schedule.py": _t("test_engine"),
+    "hisparse/engine/offload.py": _t("test_engine"),
     # the executors' interface and the NumPy reference
     "executor/base.py": _t(*_EXECUTOR),
     "executor/errors.py": _t(*_EXECUTOR),
@@ -214,6 +215,7 @@ EXCLUDED: dict[str, str] = {
     "hisparse/engine/kvrow.py": _TORCH,
     "hisparse/engine/lockstep.py": _TORCH,
     "hisparse/engine/model.py": _TORCH,
+    "hisparse/engine/offload_gpu.py": _TORCH + " (the indexer offload's torch worker)",
 }
 
 # The whole non-TLC suite a survivor of its guards must also pass. The compiled-build
