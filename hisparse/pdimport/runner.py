@@ -40,7 +40,7 @@ from hisparse.spec.messages import (
 from hisparse.transport.base import BlockDest, ChunkState, ImportHandle, Transport
 from hisparse.transport.errors import AnnouncementRefused, StagingExhausted, TransportError
 from hisparse.transport.geometry import Announcement, ImportRequest
-from hisparse.transport.staging import StagingLease
+from hisparse.transport.staging import StagingLease, buffer_address
 
 
 class ImportRefused(ValueError):
@@ -120,7 +120,7 @@ class ImportRunner:
         self._landed: dict[int, list[int]] = {}
         self._done: list[int] = []
         self._failed: list[ImportFailure] = []
-        self._addr = [int(executor.import_memory(p).ctypes.data) for p in self.pools]
+        self._addr = [buffer_address(executor.import_memory(p)) for p in self.pools]
         for p in self.pools:
             transport.register(executor.import_memory(p))
 
