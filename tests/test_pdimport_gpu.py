@@ -3,7 +3,9 @@
 The same imports (device target with a final block that is not full; host target
 through the staging pool in VRAM, its final page mirrored into a resident block) run
 through the import runner and the loopback transport on both executors from identical
-dirty pools; every device and host byte must agree afterwards. ``write_host_block``
+dirty pools; every device and host byte must agree afterwards, and a resolve over every
+imported position (resident hits on the device pages and the mirror, misses read from
+the host blocks the import wrote) must give the same rows holding the same bytes. ``write_host_block``
 refuses exactly as the reference does (a spill still queued into the block, a block out
 of range, the wrong shape) and a refusal changes nothing. ``simulate --executor cuda
 --pd-share 0.5`` runs clean with both targets exercised.
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hisparse.executor.base import ResolveBatch
 from hisparse.executor.errors import BadPlan, PendingHostWrite
 from hisparse.executor.layout import PoolLayout
 from hisparse.executor.reference import ReferenceExecutor
@@ -29,15 +32,16 @@ pytestmark = pytest.mark.gpu
 
 LAYERS, BLOCK, ROW = 2, 4, 32
 PAGE = LAYERS * BLOCK * ROW
+TOP_K = 16
 LAYOUT = PoolLayout(gpu_blocks=8, host_blocks=8, block_tokens=BLOCK, row_bytes=ROW,
-                    hot_rows=4, slots=1)
+                    hot_rows=TOP_K, slots=2)
 _names = itertools.count()
 
 
 def cuda_executor() -> Any:
     from hisparse.executor.cuda import CudaExecutor
 
-    return CudaExecutor(top_k=4, max_positions=64)
+    return CudaExecutor(top_k=TOP_K, max_positions=64)
 
 
 class Side:
@@ -47,7 +51,7 @@ class Side:
 
     def __init__(self, executor: Any, pages: dict[str, np.ndarray], slots: int = 2) -> None:
         self.executor = executor
-        self.pools = [executor.allocate(LAYOUT, lru=False) for _ in range(LAYERS)]
+        self.pools = [executor.allocate(LAYOUT) for _ in range(LAYERS)]
         rows = np.arange(LAYOUT.device_rows, dtype=np.int64)
         for p in self.pools:  # dirty memory: what an import does not write stays as is
             executor.write_device_rows(p, rows, np.full((rows.size, ROW), 0xEE, np.uint8))
@@ -80,6 +84,30 @@ class Side:
 
     def snapshots(self) -> list[dict[str, np.ndarray]]:
         return [self.executor.snapshot(p) for p in self.pools]
+
+    def resolve(self, commands: Sequence[ImportCommand]) -> list[tuple[Any, np.ndarray]]:
+        """Per layer: the rows of one resolve over every imported position (one entry per
+        import, in its own slot) and the bytes those rows hold."""
+        n = len(commands)
+        topk = np.full((n, TOP_K), -1, np.int32)
+        resident = np.full((n, TOP_K), -1, np.int32)
+        host = np.full((n, TOP_K), -1, np.int32)
+        for e, cmd in enumerate(commands):
+            for t in range(cmd.num_tokens):
+                pg, off = cmd.pages[t // BLOCK], t % BLOCK
+                topk[e, t] = t
+                if pg.gpu_block is not None:  # a device page, or the mirrored final page
+                    resident[e, t] = LAYOUT.resident_row(pg.gpu_block, off)
+                if pg.host_block is not None:
+                    host[e, t] = LAYOUT.host_row(pg.host_block, off)
+        batch = ResolveBatch(slots=np.arange(n, dtype=np.int32), topk=topk,
+                             resident_row=resident, host_row=host, step=1)
+        out = []
+        for p in self.pools:
+            result = self.executor.resolve(p, batch).to_host()
+            rows = result.rows[result.rows >= 0].astype(np.int64)
+            out.append((result, self.executor.read_device_rows(p, rows)))
+        return out
 
 
 def command(iid: int, req: str, target: str, num_tokens: int,
@@ -120,6 +148,18 @@ def test_both_targets_land_bit_for_bit_as_the_reference(num_tokens: int) -> None
         assert np.array_equal(got["host"][6 * BLOCK:7 * BLOCK], blocks[0, layer])
     assert ref.runner.stats.staged_bytes == gpu.runner.stats.staged_bytes > 0
     assert ref.runner.stats.direct_bytes == gpu.runner.stats.direct_bytes > 0
+    # decoding reads them alike: resident hits, and misses from the imported host blocks
+    for layer, ((want, want_bytes), (got, got_bytes)) in enumerate(
+            zip(ref.resolve(commands), gpu.resolve(commands), strict=True)):
+        assert np.array_equal(want.rows, got.rows), layer
+        assert (want.resident_hits, want.hot_hits, want.misses) == (
+            got.resident_hits, got.hot_hits, got.misses)
+        assert want.misses > 0 and want.resident_hits > 0
+        assert np.array_equal(want_bytes, got_bytes), layer
+        prefilled = {r: pages[r].reshape(n, LAYERS, BLOCK, ROW)[:, layer].reshape(-1, ROW)
+                     for r in ("dev", "hst")}  # the prefiller's rows, position order
+        assert np.array_equal(got_bytes, np.concatenate(
+            [prefilled["dev"][:num_tokens], prefilled["hst"][:num_tokens]]))
 
 
 def _refusals(executor: Any, pools: Any, data: Any) -> list[tuple[str, str, Any]]:
