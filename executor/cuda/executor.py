@@ -11,8 +11,10 @@ Spills run on their own stream, ordered after the producing work by an event; th
 ``completed()`` poll that finds the batch's event done.
 
 P/D imports (``executor.importing.ImportExecutor``): ``import_memory`` is the resident
-region in VRAM, ``staging_pool`` a staging pool in VRAM on the compute stream, and
-``write_host_block`` one asynchronous device -> pinned host copy on that stream.
+region in VRAM, ``staging_pool`` a staging pool in VRAM on the compute stream,
+``write_host_block`` one asynchronous device -> pinned host copy on that stream, and
+``write_host_blocks`` many staged blocks of one cache in one copy launch (the runner's
+path when its staging pool is in VRAM).
 """
 
 from __future__ import annotations
@@ -487,6 +489,56 @@ class CudaExecutor:
                 pools.import_event = cupy.cuda.Event(block=False, disable_timing=True)
             pools.import_event.record(self.stream)
         pools.import_blocks.add(host_block)
+
+    def write_host_blocks(
+        self, pools: CudaPools, source: Any, copies: Sequence[tuple[int, int]]
+    ) -> None:
+        """Many staged blocks in one launch: ``source`` is a contiguous uint8 device array
+        seen as whole blocks of ``block_tokens * row_bytes`` bytes (the staging buffer of a
+        ``DeviceStagingPool`` whose slots hold whole blocks), ``copies`` are (host block,
+        source block) pairs. Checked whole before anything is queued, each pair refused as
+        ``write_host_block`` refuses it (``BadPlan``, ``PendingHostWrite``), a source block
+        outside ``source`` or a host block named twice as ``BadPlan``; then one launch of
+        the spill copy kernel on the compute stream (device -> mapped pinned host), which
+        streams small blocks at PCIe rate where one copy per block would not."""
+        layout = pools.layout
+        block_bytes = layout.block_tokens * layout.row_bytes
+        if (source.dtype != np.uint8 or not source.flags.c_contiguous
+                or source.nbytes % block_bytes):
+            raise BadPlan(f"the source must be contiguous uint8 whole blocks of {block_bytes} "
+                          f"bytes, got {source.dtype} of {source.nbytes} bytes")
+        blocks = source.nbytes // block_bytes
+        seen: set[int] = set()
+        for host_block, src in copies:
+            if not 0 <= host_block < layout.host_blocks:
+                raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
+            if not 0 <= src < blocks:
+                raise BadPlan(f"source block {src} outside 0..{blocks - 1}")
+            if host_block in seen:
+                raise BadPlan(f"host block {host_block} is named twice")
+            tid = pools.pending_blocks.get(host_block)
+            if tid is not None:  # a spill copy still lands there
+                raise PendingHostWrite(host_block, tid)
+            seen.add(host_block)
+        if not copies:
+            return
+        cupy = self._cupy
+        pairs = np.array([(int(h), int(s)) for h, s in copies], dtype=np.int32)  # (dst, src)
+        pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]  # write host memory in order
+        bv = block_bytes // 16
+        with cupy.cuda.Device(self.device_id), self.stream:
+            dev_pairs = cupy.empty(pairs.shape, dtype=cupy.int32)
+            dev_pairs.set(pairs, stream=self.stream)
+            total = len(copies) * bv
+            grid = max(1, min(-(-total // (4 * COPY_THREADS)), 4 * self.sms))
+            self.kernels.spill(
+                (grid,), (COPY_THREADS,),
+                (dev_pairs, np.int32(len(copies)), np.int32(bv), source, pools.host_device),
+            )
+            if pools.import_event is None:
+                pools.import_event = cupy.cuda.Event(block=False, disable_timing=True)
+            pools.import_event.record(self.stream)
+        pools.import_blocks.update(seen)
 
     def read_device_rows(self, pools: CudaPools, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
         """Copy device rows to the host (checkers and tests; synchronizes)."""
