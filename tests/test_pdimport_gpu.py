@@ -49,7 +49,8 @@ class Side:
     executor's staging pool (VRAM for CUDA, host memory for the reference), a loopback
     transport and prefiller holding the same pages."""
 
-    def __init__(self, executor: Any, pages: dict[str, np.ndarray], slots: int = 2) -> None:
+    def __init__(self, executor: Any, pages: dict[str, np.ndarray], slots: int = 2,
+                 padding: int = 0) -> None:
         self.executor = executor
         self.pools = [executor.allocate(LAYOUT) for _ in range(LAYERS)]
         rows = np.arange(LAYOUT.device_rows, dtype=np.int64)
@@ -57,7 +58,7 @@ class Side:
             executor.write_device_rows(p, rows, np.full((rows.size, ROW), 0xEE, np.uint8))
             p.host[:] = 0xDD  # before any copy touches the host pool
         make = getattr(executor, "staging_pool", StagingPool)
-        self.staging = make(slots * PAGE, slots, PAGE)
+        self.staging = make(slots * PAGE + padding, slots, PAGE)
         name = f"prefiller{next(_names)}"
         self.prefiller = LoopbackPrefiller(name, np.zeros((16, PAGE), np.uint8))
         for req, data in pages.items():
@@ -123,7 +124,11 @@ def command(iid: int, req: str, target: str, num_tokens: int,
 
 
 @pytest.mark.parametrize("num_tokens", [3 * BLOCK, 3 * BLOCK - 1, 2 * BLOCK + 1])
-def test_both_targets_land_bit_for_bit_as_the_reference(num_tokens: int) -> None:
+@pytest.mark.parametrize("padding", [0, 48])
+def test_both_targets_land_bit_for_bit_as_the_reference(num_tokens: int, padding: int) -> None:
+    """``padding`` 0: slots of whole blocks, so the runner copies each cache's staged
+    blocks in one launch (``write_host_blocks``); otherwise slots are not whole blocks
+    and it copies block by block (``write_host_block``)."""
     from hisparse.executor.cuda.staging import DeviceStagingPool
 
     n = -(-num_tokens // BLOCK)
@@ -133,7 +138,9 @@ def test_both_targets_land_bit_for_bit_as_the_reference(num_tokens: int) -> None
         command(1, "dev", "device", num_tokens, [5, 2, 7][:n], [None] * n),
         command(2, "hst", "host", num_tokens, [None] * (n - 1) + [4], [6, 0, 3][:n]),
     ]
-    ref, gpu = Side(ReferenceExecutor(), pages), Side(cuda_executor(), pages)
+    ref = Side(ReferenceExecutor(), pages, padding=padding)
+    gpu = Side(cuda_executor(), pages, padding=padding)
+    assert (gpu.staging.slot_bytes % (BLOCK * ROW) == 0) == (padding == 0)
     assert isinstance(gpu.staging, DeviceStagingPool) and not isinstance(
         ref.staging, DeviceStagingPool)
     assert ref.run(commands) == gpu.run(commands) == [1, 2]
@@ -193,6 +200,15 @@ def test_write_host_block_refuses_as_the_reference_and_changes_nothing() -> None
     want = _refusals(ref, r_pools, data)
     assert want[0][0] == "PendingHostWrite" and want[0][2] == (3, 7)
     assert _refusals(gpu, c_pools, cupy.asarray(data)) == want
+    # the batched form refuses the same, and each bad pair of a batch, copying nothing
+    two = rng.integers(0, 256, (2, BLOCK, ROW), dtype=np.uint8)
+    source = cupy.asarray(two.reshape(-1))
+    with pytest.raises(PendingHostWrite) as pending:
+        gpu.write_host_blocks(c_pools, source, [(2, 0), (3, 1)])
+    assert (str(pending.value), pending.value.host_block) == (want[0][1], 3)
+    for copies in ([(2, 0), (2, 1)], [(2, 2)], [(LAYOUT.host_blocks, 0)], [(-1, 0)]):
+        with pytest.raises(BadPlan):
+            gpu.write_host_blocks(c_pools, source, copies)
     ref.release()
     gpu.release()
     assert ref.completed() == gpu.completed() == [7]
@@ -204,7 +220,10 @@ def test_write_host_block_refuses_as_the_reference_and_changes_nothing() -> None
     gpu.write_host_block(c_pools, 3, cupy.asarray(data))
     ref.write_host_block(r_pools, 5, data[::-1])
     gpu.write_host_block(c_pools, 5, data[::-1])
-    block_rows = np.arange(3 * BLOCK, 6 * BLOCK, dtype=np.int64)
+    ref.write_host_block(r_pools, 6, two[1])
+    ref.write_host_block(r_pools, 7, two[0])
+    gpu.write_host_blocks(c_pools, source, [(7, 0), (6, 1)])
+    block_rows = np.arange(3 * BLOCK, 8 * BLOCK, dtype=np.int64)
     # a CPU reader right after the asynchronous copy sees its bytes (it waits for them)
     assert np.array_equal(gpu.read_host_rows(c_pools, block_rows),
                           ref.read_host_rows(r_pools, block_rows))
