@@ -1,22 +1,27 @@
 """``hisparse bench pd-staging``: a host import's staging path against a bulk copy (GPU).
 
-A host-target import lands each page in a staging slot in VRAM and copies it, one block
-per layer, into that layer's pinned host pool (``CudaExecutor.write_host_block``). Timed
-here, page by page as the import runner does it: lease a slot of a
-``DeviceStagingPool`` (zeroed on the stream), the page's bytes land in it (a device to
-device copy from a source buffer standing in for the prefiller's VRAM: the READ), one
-``write_host_block`` per layer, release the slot. Measured in the same run: one bulk
-device -> pinned host copy of the same bytes from the same source (the ceiling).
+A host-target import lands each page in a staging slot in VRAM (``DeviceStagingPool``)
+and copies it, one block per cache, into each cache's pinned host pool. Timed here, for
+``pages`` pages cycling through the pool's slots, against one bulk device -> pinned host
+copy of the same bytes in the same run (the ceiling):
 
-Two figures per shape, both from CUDA events on the executor's stream: *device* (a spin
-kernel ahead of the work, sized from the measured host enqueue time, so the GPU times
-its own copies, not Python queuing them) and *end to end* (no spin: the events also see
-the host enqueueing page by page, which is what an import pays when the host is the
-bottleneck). The bytes in every host pool are checked against the source afterwards.
+- ``batched``: what the import runner does with the CUDA executor: each cache's staged
+  blocks of a pool-full of pages in one ``write_host_blocks`` launch;
+- ``per_block``: one ``write_host_block`` (one ``cudaMemcpyAsync``) per block, the
+  protocol's call and the runner's path when slots are not whole blocks;
+- ``import_path``: the runner's whole loop around ``batched``: lease the slots (zeroed
+  on the stream), the pages land in them (a device to device copy from a source buffer
+  standing in for the prefiller's VRAM: the READ), copy out, release.
+
+Device time from CUDA events on the executor's stream, behind a spin kernel sized from
+the measured host enqueue time (``SLACK`` times it), so the GPU times its own copies, not
+Python queuing them; the host enqueue time per page is its own figure. The bytes of every
+host pool are checked against the staged bytes afterwards.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,12 +33,14 @@ from hisparse.executor.cuda.backend import load_cupy
 from hisparse.executor.cuda.hostmem import PinnedHostBuffer
 from hisparse.executor.layout import PoolLayout
 
+PATHS = ("batched", "per_block", "import_path")
+
 
 def run_shape(
     pages: int, layers: int, block_tokens: int, row_bytes: int, slots: int, reps: int,
     timer: GpuTimer,
 ) -> dict[str, Any]:
-    """One geometry: staged path vs bulk copy, device and end-to-end, bytes checked."""
+    """One geometry: every path against the bulk copy, bytes checked after each."""
     cupy = load_cupy()
     ex = CudaExecutor(top_k=1, max_positions=1)
     layout = PoolLayout(gpu_blocks=1, host_blocks=pages, block_tokens=block_tokens,
@@ -42,64 +49,99 @@ def run_shape(
     block_bytes = block_tokens * row_bytes
     page_bytes = layers * block_bytes
     total = pages * page_bytes
+    slots = min(slots, pages)
     staging = ex.staging_pool(slots * page_bytes, slots, page_bytes)
     stream = ex.stream
     rng = np.random.default_rng(pages * 31 + row_bytes)
-    with stream:
+    with stream:  # the prefiller's pages, in VRAM
         src = cupy.asarray(rng.integers(0, 256, (pages, page_bytes), dtype=np.uint8))
     bulk = PinnedHostBuffer(total)
     bulk_dev = bulk.device_view(pages, page_bytes)
+    batches = [list(range(b, min(b + slots, pages))) for b in range(0, pages, slots)]
 
-    def staged(i: int) -> None:
-        for p in range(pages):
-            (lease,) = staging.lease("bench", 1)
-            slot = staging.view(lease.slot)
-            slot.data.copy_from_device_async(src[p].data, page_bytes, stream)  # the READ
-            blocks = slot.reshape(layers, block_tokens, row_bytes)
-            for layer in range(layers):
-                ex.write_host_block(pools[layer], p, blocks[layer])
-            staging.release([lease])
+    def copy_out(batch: list[int], slot_of: list[int]) -> None:
+        """Page ``batch[j]`` from slot ``slot_of[j]``: one launch per cache."""
+        for layer in range(layers):
+            ex.write_host_blocks(pools[layer], staging.buffer,
+                                 [(p, s * layers + layer) for p, s in zip(batch, slot_of,
+                                                                          strict=True)])
+
+    def batched(i: int) -> None:
+        for batch in batches:
+            copy_out(batch, list(range(len(batch))))
+
+    def per_block(i: int) -> None:
+        for batch in batches:
+            for j, p in enumerate(batch):
+                blocks = staging.view(j).reshape(layers, block_tokens, row_bytes)
+                for layer in range(layers):
+                    ex.write_host_block(pools[layer], p, blocks[layer])
+
+    def import_path(i: int) -> None:
+        for batch in batches:
+            leases = staging.lease("bench", len(batch))
+            slot_of = [ls.slot for ls in leases]
+            for p, s in zip(batch, slot_of, strict=True):  # the READ lands in the slot
+                staging.view(s).data.copy_from_device_async(src[p].data, page_bytes, stream)
+            copy_out(batch, slot_of)
+            staging.release(leases)
 
     def copy_bulk(i: int) -> None:
         bulk_dev.data.copy_from_device_async(src.data, total, stream)
 
-    stream.synchronize()
-    enqueue = host_us(staged, lambda i: stream.synchronize(), reps=3)
-    stream.synchronize()
-    device = timer.time(staged, reps=reps, stream=stream,
-                        spin_us=max(200.0, SLACK * enqueue))
-    end_to_end = timer.time(staged, reps=reps, stream=stream, spin_us=0.0)
-    ceiling = timer.time(copy_bulk, reps=reps, stream=stream)
-    stream.synchronize()
-    want = cupy.asnumpy(src).reshape(pages, layers, block_tokens, row_bytes)
-    equal = bool(np.array_equal(np.asarray(bulk).reshape(want.shape), want)) and all(
-        np.array_equal(ex.read_host_rows(pools[layer], np.arange(layout.host_rows)),
-                       want[:, layer].reshape(layout.host_rows, row_bytes))
-        for layer in range(layers))
+    pages_held = cupy.asnumpy(src).reshape(pages, layers, block_tokens, row_bytes)
+    # batched and per_block copy out of slots filled once: page p from slot p % slots
+    cycled = pages_held[np.arange(pages) % slots]
+
+    def landed(want: np.ndarray) -> bool:
+        """Every host pool holds ``want``'s blocks; then it is cleared for the next path."""
+        ok = True
+        for layer in range(layers):
+            got = ex.read_host_rows(pools[layer], np.arange(layout.host_rows))
+            ok &= bool(np.array_equal(got, want[:, layer].reshape(layout.host_rows, -1)))
+            pools[layer].host[...] = 0
+        return ok
 
     def gbps(us: float) -> float:
         return total / us / 1e3
 
-    return {
+    ceiling = timer.time(copy_bulk, reps=reps, stream=stream)
+    out: dict[str, Any] = {
         "pages": pages, "layers": layers, "block_tokens": block_tokens,
-        "row_bytes": row_bytes, "copy_bytes": block_bytes, "bytes": total,
-        "staging_slots": slots,
-        "staged_device_us": device["median_us"], "staged_device_GBps": gbps(device["median_us"]),
-        "staged_end_to_end_us": end_to_end["median_us"],
-        "staged_end_to_end_GBps": gbps(end_to_end["median_us"]),
-        "bulk_d2h_us": ceiling["median_us"], "bulk_d2h_GBps": gbps(ceiling["median_us"]),
-        "device_vs_bulk": ceiling["median_us"] / device["median_us"],
-        "end_to_end_vs_bulk": ceiling["median_us"] / end_to_end["median_us"],
-        "enqueue_host_us": enqueue, "enqueue_host_us_per_page": enqueue / pages,
-        "bytes_equal": equal,
+        "row_bytes": row_bytes, "block_bytes": block_bytes, "bytes": total,
+        "staging_slots": slots, "bulk_d2h_us": ceiling["median_us"],
+        "bulk_d2h_GBps": gbps(ceiling["median_us"]),
     }
+    stream.synchronize()
+    out["bulk_bytes_equal"] = bool(
+        np.array_equal(np.asarray(bulk).reshape(pages_held.shape), pages_held))
+    for j in range(slots):  # the slots batched and per_block copy out of
+        staging.view(j).data.copy_from_device_async(src[j].data, page_bytes, stream)
+    work: dict[str, tuple[Callable[[int], None], np.ndarray]] = {
+        "batched": (batched, cycled), "per_block": (per_block, cycled),
+        "import_path": (import_path, pages_held)}
+    for name in PATHS:
+        fn, want = work[name]
+        stream.synchronize()
+        enqueue = host_us(fn, lambda i: stream.synchronize(), reps=3)
+        stream.synchronize()
+        device = timer.time(fn, reps=reps, stream=stream, spin_us=max(200.0, SLACK * enqueue))
+        stream.synchronize()
+        out[name] = {
+            "device_us": device["median_us"], "GBps": gbps(device["median_us"]),
+            "vs_bulk": ceiling["median_us"] / device["median_us"],
+            "enqueue_host_us": enqueue, "enqueue_host_us_per_page": enqueue / pages,
+            "bytes_equal": landed(want),
+        }
+    out["bytes_equal"] = out["bulk_bytes_equal"] and all(out[n]["bytes_equal"] for n in PATHS)
+    return out
 
 
 def run(
     pages: int = 128, layers: int = 4, block_tokens: int = 64,
-    row_bytes: tuple[int, ...] = (656, 8192), slots: int = 8, reps: int = 5,
+    row_bytes: tuple[int, ...] = (656, 8192), slots: int = 64, reps: int = 5,
 ) -> dict[str, Any]:
-    """Every row size in ``row_bytes`` at the same pages, layers and slots."""
+    """Every row size in ``row_bytes`` at the same pages, caches and slots."""
     timer = GpuTimer()
     shapes = [run_shape(pages, layers, block_tokens, rb, slots, reps, timer)
               for rb in row_bytes]
