@@ -1,8 +1,9 @@
 """The P/D import staging pool in VRAM, for the CUDA executor.
 
-A host import READs each page into a staging slot, then ``CudaExecutor.write_host_block``
-copies it device -> pinned host block and the mirror copies it device -> device into
-its resident rows. With the slots in VRAM every one of those copies, the zeroing of a
+A host import READs each page into a staging slot, then the CUDA executor copies it
+device -> pinned host blocks (``write_host_blocks``: a cache's blocks of every page that
+landed in one launch; ``write_host_block`` one block) and the mirror copies it device ->
+device into its resident rows. With the slots in VRAM every one of those copies, the zeroing of a
 slot as it is leased, and a loopback READ (host -> device) run on the executor's compute
 stream, so stream order alone keeps a slot from being overwritten before its bytes were
 copied out, and every decode launched later sees the bytes. A writer outside that stream
