@@ -7,7 +7,9 @@ against the command (``Transport.begin``), then each ``advance``:
   chunks hold slots per import; when the pool is exhausted the chunk waits: never an
   error), and for every chunk that landed copies each page from its slot into the
   page's host block on every cache, mirrors a page that has a GPU block into those
-  resident rows in the same pass, and releases the slots;
+  resident rows in the same pass, and releases the slots (with the CUDA executor and
+  its staging pool in VRAM, each cache's blocks of every page that landed in one call
+  go in one copy launch, ``write_host_blocks``);
 - device target: binds chunks to the pages' resident GPU blocks, registered with the
   transport, which READs into them directly (rows past a final page's valid rows are
   zeroed first: a block that is not full lands in one page, rest zero).
