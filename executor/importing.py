@@ -5,8 +5,9 @@ target: the transport READs into the memory ``import_memory`` returns, registere
 it) or through the staging pool into host blocks (host target: ``write_host_block``),
 mirroring the pages needed immediately into their resident blocks
 (``Executor.write_device_rows``). The NumPy reference implements both on host memory;
-a GPU executor returns its resident region in VRAM (registered as NIXL ``VRAM``) and
-copies a staged page into pinned host memory on its stream.
+the CUDA executor returns its resident region in VRAM (registered as NIXL ``VRAM``) and
+copies a staged page from a staging slot in VRAM into pinned host memory on its stream
+(``CudaExecutor.staging_pool``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from numpy.typing import NDArray
 
 
 class ImportExecutor(Protocol):
-    """The import calls of an executor (``ReferenceExecutor`` implements them)."""
+    """The import calls of an executor (``ReferenceExecutor`` and ``CudaExecutor`` implement
+    them; the CUDA one returns and accepts CuPy arrays where this says NumPy)."""
 
     def import_memory(self, pools: Any) -> NDArray[np.uint8]:
         """The resident region of ``pools``' device memory as one contiguous byte array

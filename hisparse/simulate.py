@@ -110,6 +110,8 @@ class SimulateOptions:
 
 
 BACKINGS = ("private", "shared")
+PD_EXECUTORS = ("reference", "cuda")
+"""The executors that implement the import calls (``executor.importing``)."""
 WRITER = 0  # with the shared backing, the rank that copies
 
 
@@ -286,9 +288,10 @@ class Simulation:
     def _start_pd(self) -> None:
         """The prefiller and every worker's import runner (``--pd-share``)."""
         o = self.o
-        if o.executor != "reference" or o.worker_processes or o.tp > 1 or o.indexer_offload:
-            raise ValueError("--pd-share runs on the reference executor, one worker in this "
-                             "process, without --indexer-offload")
+        if (o.executor not in PD_EXECUTORS or o.worker_processes or o.tp > 1
+                or o.indexer_offload):
+            raise ValueError("--pd-share runs on the reference or cuda executor, one worker "
+                             "in this process, without --indexer-offload")
         capacity = sum(len(a.page_keys) for a in self.arrivals) + o.max_pages * o.concurrency
         self.pd = PdSide(PdOptions(o.pd_share, o.transport, o.staging_slots), o.seed,
                          o.layers, o.block_tokens, o.row_bytes, capacity)

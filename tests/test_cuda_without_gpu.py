@@ -86,6 +86,9 @@ def test_runtime_failure_is_refused(fake_cupy: types.SimpleNamespace) -> None:
     ["simulate", "--executor", "cuda", "--requests", "2", "--steps", "2", "--no-progress"],
     ["bench", "resolver", "--batches", "1"],
     ["bench", "spill"],
+    ["bench", "pd-staging"],
+    ["simulate", "--executor", "cuda", "--pd-share", "0.5", "--requests", "2", "--steps", "2",
+     "--no-progress"],
 ])
 def test_cli_reports_a_missing_gpu_as_an_error(
     argv: list[str], capsys: pytest.CaptureFixture[str]
@@ -148,3 +151,37 @@ def test_kernel_layout_constants_come_from_kernels_py(
     source = (Path(kernels.__file__).parent / "kernels.cu").read_text()
     for name in CONTROL:
         assert f"#define {name} " not in source, name
+
+
+@pytest.mark.usefixtures("no_cupy")
+def test_device_staging_pool_without_cupy_says_what_to_install() -> None:
+    from hisparse.executor.cuda import CudaUnavailable
+    from hisparse.executor.cuda.staging import DeviceStagingPool
+
+    with pytest.raises(CudaUnavailable, match="needs CuPy"):
+        DeviceStagingPool(4096, 2, 1024, stream=None)
+
+
+class _FakeDeviceArray:
+    """Device memory as the transport sees it: only ``__cuda_array_interface__``."""
+
+    def __init__(self, ptr: int) -> None:
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (16,),
+                                         "typestr": "|u1", "version": 3}
+
+
+def test_a_host_staging_pool_refuses_to_write_device_memory() -> None:
+    import numpy as np
+
+    from hisparse.transport import StagingPool, TransportError
+    from hisparse.transport.staging import buffer_address, on_device
+
+    pool = StagingPool(64, 2, 32)
+    fake = _FakeDeviceArray(0x7000_0000)
+    assert on_device(fake) and buffer_address(fake) == 0x7000_0000
+    assert not on_device(pool.buffer) and buffer_address(pool.buffer) == pool.address(0)
+    with pytest.raises(TransportError, match="DeviceStagingPool"):
+        pool.write(fake, np.ones(16, np.uint8))
+    view = pool.view(1)
+    pool.write(view, np.full(32, 7, np.uint8))  # host memory: written
+    assert pool.buffer[32:].tolist() == [7] * 32 and pool.buffer[:32].tolist() == [0] * 32

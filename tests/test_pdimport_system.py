@@ -64,7 +64,7 @@ def test_pd_share_zero_is_the_run_as_before() -> None:
 
 
 def test_pd_share_refuses_what_it_cannot_run() -> None:
-    with pytest.raises(ValueError, match="reference executor"):
+    with pytest.raises(ValueError, match="reference or cuda executor"):
         Simulation(SimulateOptions(requests=4, pd_share=0.5, executor="accounting"))
 
 

@@ -9,6 +9,12 @@ up with one asynchronous copy, outputs stay on the device (``CudaResolveResult``
 Spills run on their own stream, ordered after the producing work by an event; their
 *enqueued* ack is the return of ``enqueue_spills``, their *completed* ack the first
 ``completed()`` poll that finds the batch's event done.
+
+P/D imports (``executor.importing.ImportExecutor``): ``import_memory`` is the resident
+region in VRAM, ``staging_pool`` a staging pool in VRAM on the compute stream,
+``write_host_block`` one asynchronous device -> pinned host copy on that stream, and
+``write_host_blocks`` many staged blocks of one cache in one copy launch (the runner's
+path when its staging pool is in VRAM).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from hisparse.executor.cuda.kernels import (
 )
 from hisparse.executor.cuda.pools import ABSENT, CudaPools, allocate_pools
 from hisparse.executor.cuda.results import CudaResolveResult, DevicePlan, ResolveBuffers
-from hisparse.executor.errors import BadBatch, BadPlan, BadTransfer
+from hisparse.executor.cuda.staging import DeviceStagingPool
+from hisparse.executor.errors import BadBatch, BadPlan, BadTransfer, PendingHostWrite
 from hisparse.executor.layout import ROW_ALIGN, PoolLayout, min_hot_rows
 from hisparse.executor.validate import check_batch, check_host_rows, check_plan, check_spills
 
@@ -264,16 +271,20 @@ class CudaExecutor:
 
     def read_host_rows(self, pools: CudaPools, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
         """Host rows for a CPU reader, after waiting on the host-write event of any copy
-        still queued into their blocks."""
+        still queued into their blocks (a spill's, or an import's ``write_host_block``)."""
         layout = pools.layout
         checked = check_host_rows(layout, rows)
-        for block in np.unique(checked // layout.block_tokens):
-            tid = pools.pending_blocks.get(int(block))
+        blocks = {int(b) for b in np.unique(checked // layout.block_tokens)}
+        for block in blocks:
+            tid = pools.pending_blocks.get(block)
             if tid is not None:
                 for batch in list(self._pending.get(tid, [])):
                     if batch.pools is pools:
                         batch.done.synchronize()
                         self._land(batch)
+        if pools.import_event is not None and not blocks.isdisjoint(pools.import_blocks):
+            pools.import_event.synchronize()  # the newest covers every earlier one
+            pools.import_blocks.clear()
         return pools.host[checked].copy()
 
     def _order_after_spills(self) -> None:
@@ -418,15 +429,116 @@ class CudaExecutor:
     # -- direct access (setup, tests, checkers; each call synchronizes) -------------
 
     def write_device_rows(
-        self, pools: CudaPools, rows: NDArray[np.int64], data: NDArray[np.uint8]
+        self, pools: CudaPools, rows: NDArray[np.int64], data: Any
     ) -> None:
-        """Write whole device rows (prefill, tests)."""
+        """Write whole device rows (prefill, tests; an import's mirror and a device page's
+        tail). ``data`` is host (NumPy) or device (CuPy: a staging slot) memory. In stream
+        order after every spill enqueued so far, which read their source blocks then, as
+        the reference's snapshot does."""
         cupy = self._cupy
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= pools.layout.device_rows):
             raise BadPlan(f"device rows outside 0..{pools.layout.device_rows - 1}")
         with self.stream:
+            self._order_after_spills()
             pools.device[cupy.asarray(rows)] = cupy.asarray(data, dtype=cupy.uint8)
+
+    # -- P/D import (executor.importing.ImportExecutor) ------------------------------
+
+    def import_memory(self, pools: CudaPools) -> Any:
+        """The resident region of the device pool, ``[resident_rows, row_bytes]`` uint8:
+        a CuPy array in VRAM (a view), which a NIXL transport registers as ``VRAM`` and
+        READs into directly (device target)."""
+        return pools.device[: pools.layout.resident_rows]
+
+    def staging_pool(self, capacity_bytes: int, slots: int, page_bytes: int) -> DeviceStagingPool:
+        """The import staging pool for these caches: VRAM on this GPU, every write on the
+        compute stream, a READ into device memory ordered after queued spills."""
+        with self._cupy.cuda.Device(self.device_id):
+            return DeviceStagingPool(
+                capacity_bytes, slots, page_bytes, stream=self.stream, device=self.device_id,
+                before_write=self.order_after_spills,
+            )
+
+    def write_host_block(self, pools: CudaPools, host_block: int, data: Any) -> None:
+        """A staged page (``[block_tokens, row_bytes]``, a CuPy view of a staging slot, or
+        host memory) into host block ``host_block``: one asynchronous device -> pinned
+        host copy on the compute stream, so later decodes and spills into the block follow
+        it and a CPU reader (``read_host_rows``) waits for it. Refused exactly as the
+        reference refuses: out of range or the wrong shape as ``BadPlan``, a spill copy
+        still queued into the block as ``PendingHostWrite``; a refusal copies nothing."""
+        layout = pools.layout
+        if not 0 <= host_block < layout.host_blocks:
+            raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
+        if data.shape != (layout.block_tokens, layout.row_bytes):
+            raise BadPlan(f"a host block is {layout.block_tokens} rows of "
+                          f"{layout.row_bytes} bytes, got {data.shape}")
+        tid = pools.pending_blocks.get(host_block)
+        if tid is not None:  # a spill copy still lands there
+            raise PendingHostWrite(host_block, tid)
+        cupy = self._cupy
+        start = layout.host_row(host_block, 0)
+        nbytes = layout.block_tokens * layout.row_bytes
+        with cupy.cuda.Device(self.device_id), self.stream:
+            if isinstance(data, np.ndarray):  # host memory goes up first, in stream order
+                data = np.ascontiguousarray(data, dtype=np.uint8)
+            src = cupy.ascontiguousarray(cupy.asarray(data, dtype=cupy.uint8))
+            dst = pools.host_device[start : start + layout.block_tokens]
+            dst.data.copy_from_device_async(src.data, nbytes, self.stream)
+            if pools.import_event is None:
+                pools.import_event = cupy.cuda.Event(block=False, disable_timing=True)
+            pools.import_event.record(self.stream)
+        pools.import_blocks.add(host_block)
+
+    def write_host_blocks(
+        self, pools: CudaPools, source: Any, copies: Sequence[tuple[int, int]]
+    ) -> None:
+        """Many staged blocks in one launch: ``source`` is a contiguous uint8 device array
+        seen as whole blocks of ``block_tokens * row_bytes`` bytes (the staging buffer of a
+        ``DeviceStagingPool`` whose slots hold whole blocks), ``copies`` are (host block,
+        source block) pairs. Checked whole before anything is queued, each pair refused as
+        ``write_host_block`` refuses it (``BadPlan``, ``PendingHostWrite``), a source block
+        outside ``source`` or a host block named twice as ``BadPlan``; then one launch of
+        the spill copy kernel on the compute stream (device -> mapped pinned host), which
+        streams small blocks at PCIe rate where one copy per block would not."""
+        layout = pools.layout
+        block_bytes = layout.block_tokens * layout.row_bytes
+        if (source.dtype != np.uint8 or not source.flags.c_contiguous
+                or source.nbytes % block_bytes):
+            raise BadPlan(f"the source must be contiguous uint8 whole blocks of {block_bytes} "
+                          f"bytes, got {source.dtype} of {source.nbytes} bytes")
+        blocks = source.nbytes // block_bytes
+        seen: set[int] = set()
+        for host_block, src in copies:
+            if not 0 <= host_block < layout.host_blocks:
+                raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
+            if not 0 <= src < blocks:
+                raise BadPlan(f"source block {src} outside 0..{blocks - 1}")
+            if host_block in seen:
+                raise BadPlan(f"host block {host_block} is named twice")
+            tid = pools.pending_blocks.get(host_block)
+            if tid is not None:  # a spill copy still lands there
+                raise PendingHostWrite(host_block, tid)
+            seen.add(host_block)
+        if not copies:
+            return
+        cupy = self._cupy
+        pairs = np.array([(int(h), int(s)) for h, s in copies], dtype=np.int32)  # (dst, src)
+        pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]  # write host memory in order
+        bv = block_bytes // 16
+        with cupy.cuda.Device(self.device_id), self.stream:
+            dev_pairs = cupy.empty(pairs.shape, dtype=cupy.int32)
+            dev_pairs.set(pairs, stream=self.stream)
+            total = len(copies) * bv
+            grid = max(1, min(-(-total // (4 * COPY_THREADS)), 4 * self.sms))
+            self.kernels.spill(
+                (grid,), (COPY_THREADS,),
+                (dev_pairs, np.int32(len(copies)), np.int32(bv), source, pools.host_device),
+            )
+            if pools.import_event is None:
+                pools.import_event = cupy.cuda.Event(block=False, disable_timing=True)
+            pools.import_event.record(self.stream)
+        pools.import_blocks.update(seen)
 
     def read_device_rows(self, pools: CudaPools, rows: NDArray[np.int64]) -> NDArray[np.uint8]:
         """Copy device rows to the host (checkers and tests; synchronizes)."""
@@ -442,6 +554,7 @@ class CudaExecutor:
         cupy = self._cupy
         self.stream.synchronize()
         self.spill_stream.synchronize()
+        pools.import_blocks.clear()  # every import copy has landed
         return {
             "device": cupy.asnumpy(pools.device),
             "host": pools.host.copy(),

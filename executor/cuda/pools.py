@@ -69,6 +69,11 @@ class CudaPools:
     last_step: int | None = None
     pending_blocks: dict[int, int] = field(default_factory=dict)
     """Host block -> transfer ID of the copy still queued into it."""
+    import_event: Any = None
+    """Recorded on the compute stream after each import copy into a host block
+    (``write_host_block``): the newest covers every earlier one."""
+    import_blocks: set[int] = field(default_factory=set)
+    """Host blocks written by an import since a CPU reader last waited on the event."""
 
     def check_launches(self, sticky: bool = True) -> None:
         """Raise what the device reported since the last check (``LaunchRefused``); a

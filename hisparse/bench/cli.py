@@ -307,6 +307,45 @@ def _nixl(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+# -- pd-staging (GPU) -----------------------------------------------------------------
+
+
+def _pd_staging_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pages", type=positive_int, default=128, help="pages imported per rep")
+    p.add_argument("--layers", type=positive_int, default=4,
+                   help="caches per page (one host block each)")
+    p.add_argument("--block-tokens", type=positive_int, default=64, help="rows per block")
+    p.add_argument("--row-bytes", type=csv_of(positive_int), default=(656, 8192),
+                   help="bytes per row, comma-separated: one shape each (multiples of 16)")
+    p.add_argument("--staging-slots", type=positive_int, default=64,
+                   help="slots of the staging pool in VRAM (pages copied out per launch)")
+    p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions")
+
+
+def _pd_staging(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import pdstaging
+
+    bad = [rb for rb in args.row_bytes if rb % 16]
+    if bad:
+        raise BenchFailed(f"--row-bytes must be multiples of 16, got {bad}")
+    doc = pdstaging.run(pages=args.pages, layers=args.layers, block_tokens=args.block_tokens,
+                        row_bytes=tuple(args.row_bytes), slots=args.staging_slots,
+                        reps=args.reps)
+    print(doc["environment"])
+    for s in doc["shapes"]:
+        print(f"{s['pages']} pages x {s['layers']} caches, blocks of "
+              f"{s['block_bytes'] / 1024:.1f} KiB, {s['bytes'] / 1e6:.1f} MB, "
+              f"{s['staging_slots']} slots: bulk D2H {s['bulk_d2h_GBps']:.1f} GB/s")
+        for name in pdstaging.PATHS:
+            f = s[name]
+            print(f"  {name:<12} {f['GBps']:6.1f} GB/s device ({f['vs_bulk']:.0%} of bulk); "
+                  f"host enqueue {f['enqueue_host_us_per_page']:.1f} µs/page; "
+                  f"bytes equal {f['bytes_equal']}")
+    if not doc["bytes_equal"]:
+        raise BenchFailed("staged host blocks differ from the source pages")
+    return doc
+
+
 TARGETS: dict[str, BenchTarget] = {
     "protocol": BenchTarget("per-action cost of the protocol machine", _protocol_args,
                             _protocol),
@@ -326,4 +365,6 @@ TARGETS: dict[str, BenchTarget] = {
                       _tp_args, _tp),
     "nixl": BenchTarget("NIXL host-to-host READ between two processes vs memcpy (CPU)",
                         _nixl_args, _nixl),
+    "pd-staging": BenchTarget("P/D import staging in VRAM -> pinned host blocks vs bulk D2H "
+                              "(NVIDIA GPU)", _pd_staging_args, _pd_staging),
 }

@@ -7,7 +7,9 @@ against the command (``Transport.begin``), then each ``advance``:
   chunks hold slots per import; when the pool is exhausted the chunk waits: never an
   error), and for every chunk that landed copies each page from its slot into the
   page's host block on every cache, mirrors a page that has a GPU block into those
-  resident rows in the same pass, and releases the slots;
+  resident rows in the same pass, and releases the slots (with the CUDA executor and
+  its staging pool in VRAM, each cache's blocks of every page that landed in one call
+  go in one copy launch, ``write_host_blocks``);
 - device target: binds chunks to the pages' resident GPU blocks, registered with the
   transport, which READs into them directly (rows past a final page's valid rows are
   zeroed first: a block that is not full lands in one page, rest zero).
@@ -27,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from numpy.typing import NDArray
 
 from hisparse.executor.layout import PoolLayout
 from hisparse.spec.messages import (
@@ -40,7 +41,7 @@ from hisparse.spec.messages import (
 from hisparse.transport.base import BlockDest, ChunkState, ImportHandle, Transport
 from hisparse.transport.errors import AnnouncementRefused, StagingExhausted, TransportError
 from hisparse.transport.geometry import Announcement, ImportRequest
-from hisparse.transport.staging import StagingLease
+from hisparse.transport.staging import StagingLease, buffer_address, on_device
 
 
 class ImportRefused(ValueError):
@@ -120,7 +121,7 @@ class ImportRunner:
         self._landed: dict[int, list[int]] = {}
         self._done: list[int] = []
         self._failed: list[ImportFailure] = []
-        self._addr = [int(executor.import_memory(p).ctypes.data) for p in self.pools]
+        self._addr = [buffer_address(executor.import_memory(p)) for p in self.pools]
         for p in self.pools:
             transport.register(executor.import_memory(p))
 
@@ -283,35 +284,65 @@ class ImportRunner:
         h, cmd = imp.handle, imp.cmd
         if h.error is not None:
             return
-        for i, state in enumerate(h.states):
-            if state is not ChunkState.DONE or i in imp.copied:
-                continue
-            dests = h.dests[i] or ()
-            for p, dest in zip(h.chunks[i], dests, strict=True):
+        ready = [i for i, state in enumerate(h.states)
+                 if state is ChunkState.DONE and i not in imp.copied]
+        staged: list[tuple[Any, int]] = []  # (page command, staging slot)
+        for i in ready:
+            for p, dest in zip(h.chunks[i], h.dests[i] or (), strict=True):
                 nbytes = imp.request.valid_bytes(p)
                 if isinstance(dest, StagingLease):
-                    self._copy_staged(cmd.pages[p], self.transport.pool.view(dest.slot))
+                    staged.append((cmd.pages[p], dest.slot))
                     self.stats.staged_bytes += nbytes
                 else:
                     self.stats.direct_bytes += nbytes
-            leases = [d for d in dests if isinstance(d, StagingLease)]
+        self._copy_out(staged)
+        for i in ready:
+            leases = [d for d in h.dests[i] or () if isinstance(d, StagingLease)]
             if leases:
                 self.transport.pool.release(leases)
             imp.copied.add(i)
             self._landed.setdefault(cmd.import_id, []).extend(
                 cmd.pages[p].page_index for p in h.chunks[i])
 
-    def _copy_staged(self, pg: Any, staged: NDArray[np.uint8]) -> None:
+    def _copy_out(self, staged: Sequence[tuple[Any, int]]) -> None:
+        """Every staged page of this call into its host blocks, and mirrored where it has
+        a GPU block. An executor with ``write_host_blocks`` and a staging pool in device
+        memory whose slots hold whole blocks (the CUDA executor's) copies each cache's
+        blocks in one launch; otherwise page by page, block by block."""
+        pool = self.transport.pool
+        layout = self.layout
+        block_bytes = layout.block_tokens * layout.row_bytes
+        batched = getattr(self.executor, "write_host_blocks", None)
+        if batched is None or not on_device(pool.buffer) or pool.slot_bytes % block_bytes:
+            for pg, slot in staged:
+                self._copy_staged(pg, pool.view(slot))
+            return
+        if not staged:
+            return
+        per_slot = pool.slot_bytes // block_bytes  # the buffer as whole blocks
+        for layer, pools in enumerate(self.pools):
+            batched(pools, pool.buffer,
+                    [(pg.host_block, slot * per_slot + layer) for pg, slot in staged])
+        for pg, slot in staged:
+            if pg.gpu_block is not None:
+                self._mirror(pg, pool.view(slot))
+
+    def _copy_staged(self, pg: Any, staged: Any) -> None:
+        layout = self.layout
+        blocks = staged.reshape(len(self.pools), layout.block_tokens, layout.row_bytes)
+        for layer, pools in enumerate(self.pools):
+            self.executor.write_host_block(pools, pg.host_block, blocks[layer])
+        if pg.gpu_block is not None:  # needed immediately: its resident destination too
+            self._mirror(pg, staged)
+
+    def _mirror(self, pg: Any, staged: Any) -> None:
+        """A staged page into its resident GPU block, every cache (the mirror)."""
         layout = self.layout
         b = layout.block_tokens
         blocks = staged.reshape(len(self.pools), b, layout.row_bytes)
-        mirror = None
-        if pg.gpu_block is not None:
-            mirror = np.arange(b, dtype=np.int64) + layout.resident_row(pg.gpu_block, 0)
+        mirror = np.arange(b, dtype=np.int64) + layout.resident_row(pg.gpu_block, 0)
         for layer, pools in enumerate(self.pools):
-            self.executor.write_host_block(pools, pg.host_block, blocks[layer])
-            if mirror is not None:  # needed immediately: its resident destination too
-                self.executor.write_device_rows(pools, mirror, blocks[layer])
+            self.executor.write_device_rows(pools, mirror, blocks[layer])
 
     def _release(self, imp: _Import) -> None:
         """Return the staging slots of chunks bound and not copied (after READs ended)."""

@@ -153,9 +153,13 @@ class PdSide:
             self.prefiller.drop(request_id)
 
     def attach(self, worker: Any, rank: int) -> ImportRunner:
-        """An import runner (its own staging pool and transport) for one worker."""
+        """An import runner (its own staging pool and transport) for one worker; the
+        staging pool is the executor's ``staging_pool`` if it has one (the CUDA
+        executor's lives in VRAM), else host memory."""
         o = self.o
-        pool = StagingPool(o.staging_slots * self.page_bytes, o.staging_slots, self.page_bytes)
+        # the executor's own staging pool when it has one (CUDA: VRAM on its stream)
+        make = getattr(worker.executor, "staging_pool", StagingPool)
+        pool = make(o.staging_slots * self.page_bytes, o.staging_slots, self.page_bytes)
         transport: Any
         if o.transport == "nixl":
             from hisparse.transport.nixl import NixlTransport

@@ -26,7 +26,7 @@ import numpy as np
 
 from hisparse.transport.errors import AnnouncementRefused, ImportFailed, TransportError
 from hisparse.transport.geometry import Announcement, ImportRequest, check_announcement
-from hisparse.transport.staging import StagingLease, StagingPool
+from hisparse.transport.staging import StagingLease, StagingPool, buffer_address
 
 
 class ChunkState(enum.Enum):
@@ -95,16 +95,17 @@ class Transport:
         self.chunk_pages = chunk_pages
         self.window = window
         self.live: dict[str, ImportHandle] = {}
-        self.regions: dict[int, np.ndarray] = {}  # base address -> registered block memory
+        self.regions: dict[int, Any] = {}  # base address -> registered block memory
         self._claimed: dict[int, str] = {}  # block address -> request whose page lands there
 
     # -- registered block memory (the device target's destination) ---------------------
 
-    def register(self, buf: np.ndarray) -> None:
-        """Register ``buf`` (a contiguous byte array: a device pool) as block memory."""
+    def register(self, buf: Any) -> None:
+        """Register ``buf`` (a contiguous byte array: a device pool, a NumPy array for the
+        reference executor, a CuPy array in VRAM for the CUDA one) as block memory."""
         if buf.dtype != np.uint8 or not buf.flags.c_contiguous or buf.nbytes == 0:
             raise TransportError("block memory must be a non-empty contiguous uint8 array")
-        base = int(buf.ctypes.data)
+        base = buffer_address(buf)
         if base in self.regions:
             return
         self._register(buf)
@@ -124,7 +125,7 @@ class Transport:
             self.finish(handle)
         self.deregister_all()
 
-    def _region_of(self, addr: int, nbytes: int) -> np.ndarray | None:
+    def _region_of(self, addr: int, nbytes: int) -> Any:
         for base, buf in self.regions.items():
             if base <= addr and addr + nbytes <= base + buf.nbytes:
                 return buf
@@ -336,9 +337,9 @@ class Transport:
         """Release the transfer state of every chunk no longer bound."""
         raise NotImplementedError
 
-    def _register(self, buf: np.ndarray) -> None:
+    def _register(self, buf: Any) -> None:
         """Make ``buf`` a READ destination."""
         raise NotImplementedError
 
-    def _deregister(self, buf: np.ndarray) -> None:
+    def _deregister(self, buf: Any) -> None:
         raise NotImplementedError

@@ -3,7 +3,10 @@
 A ``LoopbackPrefiller`` holds pages in a NumPy buffer and announces them with their real
 addresses; the loopback transport resolves an announced address inside the buffers of
 the prefillers it knows, and a local address inside the staging pool or a registered
-block region (as NIXL does with registered memory), and copies the valid bytes.
+block region (as NIXL does with registered memory), and copies the valid bytes through
+the staging pool's ``write``: a host pool assigns, a ``DeviceStagingPool`` (the CUDA
+executor's) copies host to device on the executor's stream, so the READ is ordered
+before the copy out of the slot, the mirror and every decode that follows.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from hisparse.transport.arena import PageArena
 from hisparse.transport.base import ImportHandle, Segment, Transport
 from hisparse.transport.errors import AnnouncementRefused, ImportFailed, TransportError
 from hisparse.transport.geometry import Announcement, PageDescriptor
-from hisparse.transport.staging import StagingPool
+from hisparse.transport.staging import StagingPool, buffer_address
 
 
 class LoopbackPrefiller:
@@ -99,16 +102,18 @@ class LoopbackTransport(Transport):
     def _bind(self, handle: ImportHandle, chunk: int, segs: list[Segment]) -> Any:
         return list(segs)
 
-    def _local(self, addr: int, n: int) -> np.ndarray:
+    def _local(self, addr: int, n: int) -> Any:
+        """The ``n`` bytes at local ``addr``: a view of the staging buffer or of a
+        registered region (host or device memory, as the buffer is)."""
         pool = self.pool.buffer
-        base = int(pool.ctypes.data)
+        base = buffer_address(pool)
         if base <= addr and addr + n <= base + pool.nbytes:
             return pool[addr - base : addr - base + n]
         region = self._region_of(addr, n)
         if region is None:  # the bind checks make this unreachable
             raise TransportError(f"local address {addr:#x} is not registered")
         flat = region.reshape(-1)
-        start = addr - int(region.ctypes.data)
+        start = addr - buffer_address(region)
         return flat[start : start + n]
 
     def _post(self, handle: ImportHandle, chunk: int) -> bool:
@@ -119,7 +124,7 @@ class LoopbackTransport(Transport):
         flat = peer.pages.reshape(-1)
         for local, remote, n, _ in handle.tokens[chunk]:
             off = remote - peer.base
-            self._local(local, n)[:] = flat[off : off + n]
+            self.pool.write(self._local(local, n), flat[off : off + n])
         return True
 
     def _check(self, handle: ImportHandle, chunk: int) -> bool:
@@ -130,8 +135,8 @@ class LoopbackTransport(Transport):
             if dests is None:
                 handle.tokens[i] = None
 
-    def _register(self, buf: np.ndarray) -> None:
+    def _register(self, buf: Any) -> None:
         return None
 
-    def _deregister(self, buf: np.ndarray) -> None:
+    def _deregister(self, buf: Any) -> None:
         return None

@@ -7,6 +7,11 @@ per layer: a final page that is not full reads its valid rows) and whose remote
 descriptors are the checked announcement's. A NIXL exception or an ``ERR`` state (a
 prefiller gone) fails that request's import with ``ImportFailed``; other imports are
 untouched.
+
+With a ``DeviceStagingPool`` (the CUDA executor) the staging buffer and the block memory
+are registered as ``VRAM`` on their GPU and a READ's local descriptors name VRAM; the
+prefiller's pages stay ``DRAM`` (UCX moves them host to device). Host and device local
+memory are never mixed in one agent: a READ's local descriptors share one memory type.
 """
 
 from __future__ import annotations
@@ -17,7 +22,15 @@ from typing import Any
 from hisparse.transport.base import ImportHandle, Segment, Transport
 from hisparse.transport.errors import AnnouncementRefused, ImportFailed, TransportError
 from hisparse.transport.nixlpeer import load_nixl
-from hisparse.transport.staging import StagingPool
+from hisparse.transport.staging import StagingPool, buffer_address, on_device
+
+
+def memory_kind(buf: Any) -> tuple[str, int]:
+    """NIXL's memory type and device ID of ``buf``: ``("VRAM", gpu)`` for a CuPy array,
+    ``("DRAM", 0)`` for host memory."""
+    if on_device(buf):
+        return "VRAM", int(buf.device.id)
+    return "DRAM", 0
 
 
 class NixlTransport(Transport):
@@ -30,8 +43,9 @@ class NixlTransport(Transport):
         nixl: Any = load_nixl()
         self.agent = nixl.nixl_agent(name, nixl.nixl_agent_config(backends=["UCX"]))
         buf = pool.buffer
+        self.local_kind, self.local_dev = memory_kind(buf)
         self._reg: Any = self.agent.register_memory(
-            [(int(buf.ctypes.data), buf.nbytes, 0, "")], "DRAM")
+            [(buffer_address(buf), buf.nbytes, self.local_dev, "")], self.local_kind)
         self._blocks: dict[int, Any] = {}  # block memory registrations by base address
         self.remotes: set[str] = set()
         self.xfers = 0  # NIXL transfer handles created and not yet released
@@ -75,11 +89,17 @@ class NixlTransport(Transport):
     def _register(self, buf: Any) -> None:
         if self._reg is None:
             raise TransportError("the NIXL transport is closed")
-        self._blocks[int(buf.ctypes.data)] = self.agent.register_memory(
-            [(int(buf.ctypes.data), buf.nbytes, 0, "")], "DRAM")
+        kind, dev = memory_kind(buf)
+        if kind != self.local_kind:
+            raise TransportError(
+                f"block memory is {kind} but the staging pool is {self.local_kind}: a READ's "
+                "local descriptors share one memory type (use the executor's staging pool)"
+            )
+        self._blocks[buffer_address(buf)] = self.agent.register_memory(
+            [(buffer_address(buf), buf.nbytes, dev, "")], kind)
 
     def _deregister(self, buf: Any) -> None:
-        reg = self._blocks.pop(int(buf.ctypes.data), None)
+        reg = self._blocks.pop(buffer_address(buf), None)
         if reg is not None:
             self.agent.deregister_memory(reg)
 
@@ -93,7 +113,8 @@ class NixlTransport(Transport):
     def _bind(self, handle: ImportHandle, chunk: int, segs: list[Segment]) -> Any:
         try:
             xfer = self.agent.initialize_xfer(
-                "READ", self.agent.get_xfer_descs([(a, n, 0) for a, _, n, _ in segs], "DRAM"),
+                "READ", self.agent.get_xfer_descs(
+                    [(a, n, self.local_dev) for a, _, n, _ in segs], self.local_kind),
                 self.agent.get_xfer_descs([(r, n, d) for _, r, n, d in segs], "DRAM"),
                 handle.announcement.agent)
         except Exception as exc:  # NIXL refuses descriptors outside registered memory
@@ -102,6 +123,7 @@ class NixlTransport(Transport):
         return xfer
 
     def _post(self, handle: ImportHandle, chunk: int) -> bool:
+        self.pool.fence()  # a device pool's queued zeroing and copies out end first
         try:
             state = self.agent.transfer(handle.tokens[chunk])
         except Exception as exc:

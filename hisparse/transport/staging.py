@@ -1,18 +1,35 @@
 """The bounded decoder staging pool an import READs into, configured in bytes and slots.
 
-One contiguous buffer (host memory on the CPU; a GPU buffer later) split into ``slots``
-equal slots; each slot holds one page. A lease names its owner (the request), and a
-transport writes only into slots leased to the request it imports. Leasing more than is
-free is a typed refusal that leases nothing. Cost per call is O(slots leased/released).
+One contiguous buffer split into ``slots`` equal slots; each slot holds one page. The
+buffer is host memory here; ``DeviceStagingPool`` (``hisparse.executor.cuda.staging``)
+keeps it in VRAM for the CUDA executor, overriding only how a slot is zeroed and
+written. A lease names its owner (the request), and a transport writes only into slots
+leased to the request it imports. Leasing more than is free is a typed refusal that
+leases nothing. Cost per call is O(slots leased/released).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from hisparse.transport.errors import StagingConfigError, StagingExhausted, TransportError
+
+
+def buffer_address(buf: Any) -> int:
+    """The address of a contiguous byte array's first byte: a NumPy array's host address,
+    or a device array's (CuPy, anything with ``__cuda_array_interface__``) device pointer."""
+    cai = getattr(buf, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    return int(buf.ctypes.data)
+
+
+def on_device(buf: Any) -> bool:
+    """Whether ``buf`` is device memory (it exposes ``__cuda_array_interface__``)."""
+    return hasattr(buf, "__cuda_array_interface__")
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,7 @@ class StagingPool:
         self.slots = slots
         self.page_bytes = page_bytes
         self.slot_bytes = slot_bytes
-        self.buffer = np.zeros(slots * slot_bytes, dtype=np.uint8)
+        self.buffer: Any = self._allocate(slots * slot_bytes)
         self._free = list(range(slots - 1, -1, -1))  # pop() gives the lowest slot
         self._owner: dict[int, str] = {}
 
@@ -69,7 +86,7 @@ class StagingPool:
         for _ in range(n):
             slot = self._free.pop()
             self._owner[slot] = owner
-            self.view(slot)[:] = 0
+            self._zero(slot)
             leases.append(StagingLease(owner, slot))
         return leases
 
@@ -88,11 +105,39 @@ class StagingPool:
         """Whether ``lease`` is live: its slot is leased to its owner."""
         return self._owner.get(lease.slot) == lease.owner
 
-    def view(self, slot: int) -> np.ndarray:
-        """The page-sized writable view of ``slot``."""
+    def view(self, slot: int) -> Any:
+        """The page-sized writable view of ``slot`` (an array of the buffer's kind)."""
         start = slot * self.slot_bytes
         return self.buffer[start : start + self.page_bytes]
 
     def address(self, slot: int) -> int:
-        """The host address of ``slot`` (what a NIXL local descriptor names)."""
-        return int(self.buffer.ctypes.data) + slot * self.slot_bytes
+        """The address of ``slot`` (what a NIXL local descriptor names): host memory here,
+        a device pointer in a ``DeviceStagingPool``."""
+        return buffer_address(self.buffer) + slot * self.slot_bytes
+
+    # -- what a pool in other memory overrides -------------------------------------------
+
+    def _allocate(self, nbytes: int) -> Any:
+        """The zeroed staging buffer: host memory."""
+        return np.zeros(nbytes, dtype=np.uint8)
+
+    def _zero(self, slot: int) -> None:
+        """Zero a slot as it is leased."""
+        self.view(slot)[:] = 0
+
+    def write(self, dst: Any, src: np.ndarray) -> None:
+        """A loopback READ's bytes (host memory) into ``dst``, a view of this pool or of
+        registered block memory. A host pool writes host memory only: device block memory
+        needs a ``DeviceStagingPool``, whose writes are ordered on the executor's stream."""
+        if on_device(dst):
+            raise TransportError(
+                "a host staging pool cannot write device memory: build the pool with the "
+                "CUDA executor's staging_pool() (a DeviceStagingPool)"
+            )
+        dst[:] = src
+
+    def fence(self) -> None:
+        """Before a writer outside the executor's stream (a NIXL READ) writes a leased slot
+        or block memory: every queued operation on them has finished. Host memory has no
+        queue: nothing to wait for."""
+        return None

@@ -198,10 +198,12 @@ EXCLUDED: dict[str, str] = {
     "executor/cuda/kernels.py": _GPU,
     "executor/cuda/pools.py": _GPU,
     "executor/cuda/results.py": _GPU,
+    "executor/cuda/staging.py": _GPU + " (the P/D staging pool in VRAM)",
     "executor/cuda/tp.py": _GPU,
     "hisparse/bench/gpu.py": _GPU + " (benchmark timing)",
     "hisparse/bench/resolver.py": _GPU + " (benchmark timing)",
     "hisparse/bench/spill.py": _GPU + " (benchmark timing)",
+    "hisparse/bench/pdstaging.py": _GPU + " (benchmark timing)",
     "hisparse/bench/tp.py": _GPU + " (benchmark timing)",
     "hisparse/bench/engine.py": _TORCH,
     "hisparse/bench/equalhbm.py": _TORCH + " (the equal-HBM bench; its arithmetic is "
