@@ -7,6 +7,7 @@ With ``CI=true`` any skip whose reason does not mention the GPU is turned into a
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Generator
 
 import pytest
@@ -14,6 +15,14 @@ import pytest
 from hisparse.tlc import TlcError, TlcInstall, ensure_tlc
 
 GPU_WORD = "GPU"
+
+# A suite started in the background by a non-interactive shell (``cmd &``, ``nohup``)
+# inherits SIGINT ignored: Python then installs no KeyboardInterrupt handler, and neither
+# does any ``hisparse`` process a test starts (an ignored signal survives exec). The
+# interrupt tests test hisparse's handling of SIGINT, not the harness's, so the suite
+# takes SIGINT back (a handler, unlike SIG_IGN, is reset to the default on exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def in_ci() -> bool:
