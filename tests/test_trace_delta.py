@@ -19,7 +19,7 @@ from hisparse.bugs import PROTOCOL_BUGS
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.record import machine_trace
-from hisparse.spec.trace import Trace, TraceStep, write_trace
+from hisparse.spec.trace import POST_FIELDS, Trace, TraceStep, write_trace
 from hisparse.tlc import TlcInstall
 from hisparse.tlc.paths import tla_dir
 from hisparse.tracecheck import delta
@@ -171,15 +171,29 @@ def pd_trace(tmp_path_factory: pytest.TempPathFactory) -> Trace:
 
 
 def tracker_replay(trace: Trace, tmp_path: Path, tlc: TlcInstall, tla: str) -> Any:
-    """Replay ``trace`` (with ``tla`` as delta's text) checking only ``TrTrackersExact``."""
+    """Replay ``trace`` (with ``tla`` as delta's text) checking only ``TrTrackersExact``,
+    whole states fingerprinted (no VIEW: a second successor of a state would show)."""
     from hisparse.tlc.runner import run_tlc
 
     module, cfg = tmp_path / f"{gen.MODULE}.tla", tmp_path / f"{gen.MODULE}.cfg"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(delta, "TLA", tla)
         module.write_text(gen.module_text([trace]))
-    cfg.write_text(gen.cfg_text(["TrTrackersExact"]))
+    cfg.write_text(gen.cfg_text(["TrTrackersExact"], view=False))
     return run_tlc(module, cfg, tmp_path, 1, tla_dir=tla_dir(), install=tlc).output
+
+
+def test_a_replay_is_a_chain_so_its_view_names_its_states() -> None:
+    """The replay's VIEW (``<<tr, cursor>>``) is sound only if a state has at most one
+    successor: MatchPost must pin every spec variable and TrTrack every tracker."""
+    spec = (tla_dir() / "HiSparse.tla").read_text()
+    body = spec[spec.index("\nvars == <<") + len("\nvars == <<"):]
+    spec_vars = {v.strip() for v in body[: body.index(">>")].split(",")}
+    assert spec_vars == set(POST_FIELDS)
+    for v in delta.AUX_VARS:
+        assert f"{v}' =" in delta.TLA, f"{v} has no next value in TrTrack"
+    assert "\nVIEW TrView\n" in gen.cfg_text(["TypeOK"])
+    assert "VIEW" not in gen.cfg_text(["TypeOK"], view=False)
 
 
 @pytest.mark.tlc
@@ -187,6 +201,7 @@ def test_the_trackers_are_what_they_track_over_a_pd_run(
     pd_trace: Trace, tmp_path: Path, tlc: TlcInstall
 ) -> None:
     out = tracker_replay(pd_trace, tmp_path, tlc, delta.TLA)
+    # one distinct whole state per step: a chain (what the replay's VIEW relies on)
     assert out.result == "ok" and out.distinct_states == len(pd_trace.steps) + 1, out
 
 

@@ -21,6 +21,7 @@ from hisparse.tracecheck import delta, encode, ints
 from hisparse.tracecheck.window import HANDOFF_INVARIANT, WindowState
 
 MODULE = "HiSparseTrace"
+VIEW = "TrView"  # what TLC fingerprints in a replay (see _REPLAY)
 # Checked after the spec's invariants when a rejection is diagnosed, they turn TLC's bare
 # deadlock into a reason: the step's action is not enabled, or no successor has this one
 # reported variable's value.
@@ -37,6 +38,13 @@ def step_action() -> str:
 
 _REPLAY = """\
 TrStep == Traces[tr][cursor]
+
+\\* A replay is a chain: MatchPost gives every spec variable its next value, TrTrack every
+\\* tracker its, cursor moves on and tr stays, so a state has at most one successor, and
+\\* it is named by <<tr, cursor>> (Init, or a window's TrStart, is one state per trace).
+\\* TLC fingerprints this view (cfg: VIEW) instead of the whole state, which costs
+\\* O(pages + keys) a state: two states with one view are the same state.
+TrView == <<tr, cursor>>
 
 TraceInit ==
     /\\ {init} /\\ tr \\in 1..Len(Traces) /\\ cursor = 1
@@ -203,11 +211,15 @@ def module_text(
     )
 
 
-def cfg_text(invariants: Sequence[str], *, diagnose: bool = False, handoff: bool = False) -> str:
+def cfg_text(
+    invariants: Sequence[str], *, diagnose: bool = False, handoff: bool = False,
+    view: bool = True,
+) -> str:
     """Bind the spec's constants to the module's definitions; deadlock checking stays on.
 
     ``diagnose`` adds the generated invariants that name why a step failed; they cost an
     ENABLED evaluation each per state, so only a rejected trace's re-run uses them.
+    ``view=False`` fingerprints whole states (a test's check that a replay is a chain).
     """
     bindings = [
         ("Requests", "TrRequests"),
@@ -234,6 +246,8 @@ def cfg_text(invariants: Sequence[str], *, diagnose: bool = False, handoff: bool
     return (
         "CONSTANTS\n"
         + "".join(f"    {c} <- {d}\n" for c, d in bindings)
-        + "INIT TraceInit\nNEXT TraceNext\nINVARIANTS\n"
+        + "INIT TraceInit\nNEXT TraceNext\n"
+        + (f"VIEW {VIEW}\n" if view else "")
+        + "INVARIANTS\n"
         + "".join(f"    {n}\n" for n in names)
     )
