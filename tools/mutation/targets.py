@@ -165,9 +165,10 @@ TARGETS: dict[str, Guard] = {
     "hisparse/connectors/indexer_rows.py": _t("test_offloading", "test_indexer_sim"),
     "hisparse/connectors/metrics.py": _t("test_multi_connector", "test_metrics"),
     "hisparse/connectors/multi.py": _t("test_multi_connector", "test_multi_connector_order",
-                                       "test_indexer_sim"),
-    "hisparse/connectors/offload_store.py": _t("test_offloading"),
-    "hisparse/connectors/offloading.py": _t("test_offloading", "test_multi_connector"),
+                                       "test_indexer_sim", "test_rule_offload_store_pins"),
+    "hisparse/connectors/offload_store.py": _t("test_offloading", "test_rule_offload_store_pins"),
+    "hisparse/connectors/offloading.py": _t("test_offloading", "test_multi_connector",
+                                            "test_rule_offloading_edges"),
     "hisparse/connectors/wire.py": _t("test_offloading", "test_multi_connector"),
     "hisparse/indexer_sim.py": _t("test_indexer_sim", "test_simulate"),
 }
