@@ -151,7 +151,8 @@ TARGETS: dict[str, Guard] = {
     "hisparse/bench/nixl.py": _t("test_bench_cli", "test_transport"),
     "hisparse/transport/arena.py": _t("test_transport", "test_pdimport_runner"),
     # the worker's P/D import runner, its executor calls and the simulate side
-    "hisparse/pdimport/runner.py": _t("test_pdimport_runner", "test_pdimport_system"),
+    "hisparse/pdimport/runner.py": _t("test_pdimport_runner", "test_pdimport_system",
+                                      "test_rule_pdimport_runner_edges"),
     "hisparse/pdimport/prefill.py": _t("test_pdimport_runner", "test_pdimport_system"),
     "hisparse/pdimport/sim.py": _t("test_pdimport_system", "test_simulate"),
     "executor/importing.py": _t("test_pdimport_runner", "test_executor_reference"),
