@@ -147,7 +147,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/transport/loopback.py": _t("test_transport"),
     "hisparse/transport/nixl.py": _t("test_transport"),
     "hisparse/transport/nixlpeer.py": _t("test_transport"),
-    "hisparse/transport/staging.py": _t("test_transport"),
+    "hisparse/transport/staging.py": _t("test_transport", "test_rule_staging_edges"),
     "hisparse/bench/nixl.py": _t("test_bench_cli", "test_transport"),
     "hisparse/transport/arena.py": _t("test_transport", "test_pdimport_runner"),
     # the worker's P/D import runner, its executor calls and the simulate side
