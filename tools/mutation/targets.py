@@ -141,7 +141,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/sizing/table.py": _t("test_sizing"),
     "hisparse/sizing/toy.py": _t("test_sizing", "test_cli"),
     # the P/D import transport (loopback and NIXL between processes)
-    "hisparse/transport/base.py": _t("test_transport"),
+    "hisparse/transport/base.py": _t("test_transport", "test_rule_transport_refusals"),
     "hisparse/transport/errors.py": _t("test_transport"),
     "hisparse/transport/geometry.py": _t("test_transport"),
     "hisparse/transport/loopback.py": _t("test_transport"),
