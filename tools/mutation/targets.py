@@ -126,9 +126,11 @@ TARGETS: dict[str, Guard] = {
     "executor/validate.py": _t(*_EXECUTOR),
     "executor/accounting.py": _t("test_accounting_executor", "test_sizing"),
     # message integrity: sequence numbers, faulty channels, shapes of unvalidated messages
-    "hisparse/channel.py": _t("test_channels", "test_system_stateful", *_SYSTEM),
+    "hisparse/channel.py": _t("test_rule_channel_numbers", "test_channels",
+                              "test_system_stateful", *_SYSTEM),
     "hisparse/msgfaults.py": _t("test_simulate", "test_channels"),
-    "hisparse/msgshape.py": _t("test_boundaries_system", "test_channels"),
+    "hisparse/msgshape.py": _t("test_boundaries_system", "test_channels", "test_import_messages",
+                               "test_rule_msgshape_imports"),
     "hisparse/jsonlines.py": _t("test_workload", "test_trace_limits"),
     "hisparse/tlc/launch.py": _t("test_interrupt", "test_tlc_check", tlc=True),
     "hisparse/tlc/signals.py": _t("test_interrupt", "test_cli", tlc=True),
