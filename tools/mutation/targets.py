@@ -75,7 +75,8 @@ TARGETS: dict[str, Guard] = {
     "hisparse/cli.py": _t(*_CLI),
     "hisparse/cliargs.py": _t("test_rule_cliargs_bounds", *_CLI, "test_sizing"),
     "hisparse/simulate.py": _t("test_simulate", "test_workerproc", "test_report", "test_metrics"),
-    "hisparse/rows.py": _t("test_simulate", "test_pdimport_runner", "test_tp"),
+    "hisparse/rows.py": _t("test_rule_rows_oracle", "test_simulate", "test_pdimport_runner",
+                           "test_tp"),
     "hisparse/executors.py": _t("test_simulate", "test_workerproc", "test_accounting_executor"),
     "hisparse/workload.py": _t("test_workload", "test_simulate"),
     "hisparse/report.py": _t("test_report", "test_rule_report_load"),
@@ -115,7 +116,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/bench/allocsearch.py": _t("test_allocsearch"),
     "hisparse/engine/workload.py": _t("test_engine", "test_workload"),
     "hisparse/engine/schedule.py": _t("test_engine"),
-    "hisparse/engine/offload.py": _t("test_engine"),
+    "hisparse/engine/offload.py": _t("test_engine", "test_rule_indexer_offload_forgets"),
     # the executors' interface and the NumPy reference
     "executor/base.py": _t(*_EXECUTOR),
     "executor/errors.py": _t(*_EXECUTOR),
