@@ -1,0 +1,60 @@
+"""Rule: a shared host pool's name is freed by its creator's ``close`` and by no one
+else's, ``close`` unmaps and is idempotent, and attaching with a layout the allocation
+cannot hold is refused (``hisparse/sharedpool.py``).
+
+From the guard survivors of the second guard-phase run (docs/mutation-survivors.md):
+``80:call:3`` (no ``unlink``: the name leaked), ``78:bool:0`` (``and`` → ``or``: an
+attacher's ``close`` freed the creator's name), ``78:not:1`` (unlinked only after it
+already was), ``44:none:0`` (``owner = name is None`` → ``owner = name``: the creator
+never freed its name, an attacher did), ``82:call:4`` (no ``shm.close()``: the mapping
+stayed), ``52:raise:1`` (an allocation too small for the layout was attached).
+"""
+
+from __future__ import annotations
+
+from multiprocessing import shared_memory
+
+import pytest
+
+from hisparse.executor.errors import ExecutorError
+from hisparse.executor.layout import PoolLayout
+from hisparse.sharedpool import SharedHostPool
+
+SMALL = PoolLayout(gpu_blocks=2, host_blocks=2, block_tokens=4, row_bytes=16, hot_rows=4,
+                   slots=1)
+LARGE = PoolLayout(gpu_blocks=2, host_blocks=64, block_tokens=4, row_bytes=16, hot_rows=4,
+                   slots=1)
+
+
+def _exists(name: str) -> bool:
+    try:
+        probe = shared_memory.SharedMemory(name=name)
+    except FileNotFoundError:
+        return False
+    probe.close()
+    return True
+
+
+def test_only_the_creators_close_frees_the_name_and_close_unmaps() -> None:
+    owner = SharedHostPool(SMALL, 2)
+    name = owner.name
+    reader = SharedHostPool(SMALL, 2, name=name)
+    reader.close()
+    assert _exists(name)  # an attacher's close leaves the name to its creator
+    assert reader.shm.buf is None  # unmapped
+    reader.close()  # idempotent
+    assert _exists(name)
+    owner.close()
+    assert not _exists(name)
+    assert owner.shm.buf is None
+    owner.close()  # idempotent: no second unlink
+
+
+def test_attaching_with_a_layout_the_allocation_cannot_hold_is_refused() -> None:
+    owner = SharedHostPool(SMALL, 1)
+    try:
+        with pytest.raises(ExecutorError, match="the layout needs"):
+            SharedHostPool(LARGE, 1, name=owner.name)
+        SharedHostPool(SMALL, 1, name=owner.name).close()  # the same layout attaches
+    finally:
+        owner.close()
