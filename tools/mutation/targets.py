@@ -67,7 +67,8 @@ TARGETS: dict[str, Guard] = {
     "hisparse/worker.py": _t(*_SYSTEM),
     "hisparse/bugs.py": _t("test_protocol_bugs", "test_invariants_alone", "test_protocol_sync"),
     # the shared pool and the worker process harness
-    "hisparse/sharedpool.py": _t("test_sharedpool", "test_simulate", "test_rule_sharedpool_lifetime"),
+    "hisparse/sharedpool.py": _t("test_sharedpool", "test_simulate",
+                                 "test_rule_sharedpool_lifetime"),
     "hisparse/workerport.py": _t(*_WORKERPROC),
     "hisparse/workerproc.py": _t(*_WORKERPROC),
     "hisparse/workerwire.py": _t(*_WORKERPROC),
