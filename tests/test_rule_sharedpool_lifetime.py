@@ -5,9 +5,9 @@ cannot hold is refused (``hisparse/sharedpool.py``).
 From the guard survivors of the second guard-phase run (docs/mutation-survivors.md):
 ``80:call:3`` (no ``unlink``: the name leaked), ``78:bool:0`` (``and`` → ``or``: an
 attacher's ``close`` freed the creator's name), ``78:not:1`` (unlinked only after it
-already was), ``44:none:0`` (``owner = name is None`` → ``owner = name``: the creator
-never freed its name, an attacher did), ``82:call:4`` (no ``shm.close()``: the mapping
-stayed), ``52:raise:1`` (an allocation too small for the layout was attached).
+already was), ``82:call:4`` (no ``shm.close()``: the mapping
+stayed), ``52:raise:1`` (an allocation too small for the layout was attached),
+``46:none:1`` (``name is None`` → ``not name``: the empty name created a fresh pool).
 """
 
 from __future__ import annotations
@@ -58,3 +58,12 @@ def test_attaching_with_a_layout_the_allocation_cannot_hold_is_refused() -> None
         SharedHostPool(SMALL, 1, name=owner.name).close()  # the same layout attaches
     finally:
         owner.close()
+
+
+@pytest.mark.parametrize("name", ["", "hisparse-no-such-pool"])
+def test_a_name_that_is_no_pool_is_refused_never_a_fresh_pool(name: str) -> None:
+    """A reader given a wrong name must not create a private pool of its own (it would
+    read nothing its writer wrote): ``46:none:1`` (``not name`` took the empty name for
+    none and created one)."""
+    with pytest.raises(OSError):
+        SharedHostPool(SMALL, 1, name=name)

@@ -44,8 +44,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/rows.py:38:arith:10": "a symmetric offset subtracted: the same distribution",
     "hisparse/engine/offload.py:76:reorder:0": "attributes of an object whose __init__ raises",
     "hisparse/engine/offload.py:141:none:2": "worker meta bytes are None or non-empty",
-    "hisparse/sharedpool.py:44:none:0": "a shared memory name is never empty",
-    "hisparse/sharedpool.py:46:none:1": "a shared memory name is never empty",
+    "hisparse/sharedpool.py:44:none:0": "differs only for the name '', whose attach raises",
     "hisparse/sharedpool.py:119:reorder:1": "the writer's spills checked twice: pure",
 }
 
