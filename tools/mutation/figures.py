@@ -28,6 +28,24 @@ EQUIVALENT: dict[str, str] = {
     "spec/trace.py:306:none:6": "{} and False are both false where read",
     "hisparse/workload.py:134:reorder:1": "independent pure assignment moved before an if",
     "hisparse/metrics.py:181:none:0": "the HTTP server object is always truthy",
+    # the second guard-phase run (docs/mutation-guard-run2.json)
+    "hisparse/connectors/offload_store.py:163:reorder:4": "local append moved before an if",
+    "hisparse/pdimport/runner.py:112:reorder:0": "attribute of an object whose __init__ raises",
+    "hisparse/pdimport/runner.py:285:none:0": "an ImportFailed (exception) is always truthy",
+    "hisparse/pdimport/runner.py:364:none:13": "an ImportFailed (exception) is always truthy",
+    "hisparse/pdimport/runner.py:369:none:14": "an ImportFailed (exception) is always truthy",
+    "hisparse/pdimport/runner.py:358:bool:3": "done iff every chunk copied, where read",
+    "hisparse/transport/staging.py:60:reorder:0": "attribute of an object whose __init__ raises",
+    "hisparse/transport/base.py:310:none:3": "an ImportFailed (exception) is always truthy",
+    "hisparse/channel.py:38:none:0": "next is None or at least 1 (seqs are non-negative)",
+    "hisparse/msgshape.py:172:none:9": "why is None or a non-empty message",
+    "hisparse/rows.py:19:var:0": "key_ids and offsets have one size (else both raise)",
+    "hisparse/rows.py:22:arith:8": "another tail pattern, still derived from every coordinate",
+    "hisparse/rows.py:38:arith:10": "a symmetric offset subtracted: the same distribution",
+    "hisparse/engine/offload.py:76:reorder:0": "attributes of an object whose __init__ raises",
+    "hisparse/engine/offload.py:141:none:2": "worker meta bytes are None or non-empty",
+    "hisparse/sharedpool.py:44:none:0": "differs only for the name '', whose attach raises",
+    "hisparse/sharedpool.py:119:reorder:1": "the writer's spills checked twice: pure",
 }
 
 
