@@ -19,7 +19,7 @@ from hisparse.executor.errors import BadPlan, PendingHostWrite
 from hisparse.executor.layout import PoolLayout
 from hisparse.executor.resolver import decide, reset_hot_slot
 from hisparse.executor.stream import QueuedCopy, SpillStream
-from hisparse.executor.validate import check_batch, check_plan, check_spills
+from hisparse.executor.validate import check_batch, check_host_block, check_plan, check_spills
 
 
 @dataclass(eq=False)
@@ -149,11 +149,7 @@ class ReferenceExecutor:
         """A staged page into host block ``host_block``; refused while a spill copy is
         queued into it (``PendingHostWrite``), out of range as ``BadPlan``."""
         layout = pools.layout
-        if not 0 <= host_block < layout.host_blocks:
-            raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
-        if data.shape != (layout.block_tokens, layout.row_bytes):
-            raise BadPlan(f"a host block is {layout.block_tokens} rows of "
-                          f"{layout.row_bytes} bytes, got {data.shape}")
+        check_host_block(layout, host_block, tuple(data.shape))
         tid = self._stream.pending_into(pools.host, host_block)
         if tid is not None:  # a spill copy still lands there
             raise PendingHostWrite(host_block, tid)

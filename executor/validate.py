@@ -158,3 +158,16 @@ def check_spills(layout: PoolLayout, spills: Sequence[SpillCopy]) -> list[SpillC
     if len(set(dsts)) != len(dsts):
         raise BadTransfer("a host block is the destination of two copies in one batch")
     return checked
+
+
+def check_host_block(layout: PoolLayout, host_block: int, shape: tuple[int, ...] | None = None
+                     ) -> None:
+    """A staged page's host block (``write_host_block``): in the pool, and, given the
+    data's ``shape``, one whole block of rows; ``BadPlan`` otherwise. Every executor
+    refuses with these words, so a refusal reads the same on the reference and the GPU."""
+    if not 0 <= host_block < layout.host_blocks:
+        raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
+    if shape is not None and shape != (layout.block_tokens, layout.row_bytes):
+        raise BadPlan(f"a host block is {layout.block_tokens} rows of "
+                      f"{layout.row_bytes} bytes, got {shape}")
+

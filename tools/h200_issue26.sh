@@ -6,13 +6,8 @@
 #                                      (2 ranks on this GPU, shared backing) record traces
 #   bash tools/h200_issue26.sh suite   python -m pytest -m gpu -q (the whole GPU suite)
 set -u -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-# hisparse itself, editable as here (spec/ and executor/ import as hisparse.spec, .executor)
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null || exit 1
-export HISPARSE_MOONCAKE=$PWD/build/gpudata/conversation_trace.jsonl PYTHONUNBUFFERED=1
-[ -f "$OUT/nvidia-smi.txt" ] || nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+. "$(dirname "$0")/h200_setup.sh"
+export HISPARSE_MOONCAKE=$PWD/build/gpudata/conversation_trace.jsonl
 for what in "$@"; do
   case "$what" in
     tests) python3 -m pytest -v -s -m gpu tests/test_engine_v32.py -x 2>&1 \

@@ -45,7 +45,13 @@ from hisparse.executor.cuda.results import CudaResolveResult, DevicePlan, Resolv
 from hisparse.executor.cuda.staging import DeviceStagingPool
 from hisparse.executor.errors import BadBatch, BadPlan, BadTransfer, PendingHostWrite
 from hisparse.executor.layout import ROW_ALIGN, PoolLayout, min_hot_rows
-from hisparse.executor.validate import check_batch, check_host_rows, check_plan, check_spills
+from hisparse.executor.validate import (
+    check_batch,
+    check_host_block,
+    check_host_rows,
+    check_plan,
+    check_spills,
+)
 
 
 @dataclass(eq=False)
@@ -468,11 +474,7 @@ class CudaExecutor:
         reference refuses: out of range or the wrong shape as ``BadPlan``, a spill copy
         still queued into the block as ``PendingHostWrite``; a refusal copies nothing."""
         layout = pools.layout
-        if not 0 <= host_block < layout.host_blocks:
-            raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
-        if data.shape != (layout.block_tokens, layout.row_bytes):
-            raise BadPlan(f"a host block is {layout.block_tokens} rows of "
-                          f"{layout.row_bytes} bytes, got {data.shape}")
+        check_host_block(layout, host_block, tuple(data.shape))
         tid = pools.pending_blocks.get(host_block)
         if tid is not None:  # a spill copy still lands there
             raise PendingHostWrite(host_block, tid)
@@ -510,8 +512,7 @@ class CudaExecutor:
         blocks = source.nbytes // block_bytes
         seen: set[int] = set()
         for host_block, src in copies:
-            if not 0 <= host_block < layout.host_blocks:
-                raise BadPlan(f"host block {host_block} outside 0..{layout.host_blocks - 1}")
+            check_host_block(layout, host_block)
             if not 0 <= src < blocks:
                 raise BadPlan(f"source block {src} outside 0..{blocks - 1}")
             if host_block in seen:
