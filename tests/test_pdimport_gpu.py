@@ -25,12 +25,15 @@ from hisparse.executor.errors import BadPlan, PendingHostWrite
 from hisparse.executor.layout import PoolLayout
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.pdimport import ImportRunner
-from hisparse.spec.messages import ImportCommand, PageImport
+from hisparse.spec.messages import ImportCommand
 from hisparse.transport import LoopbackPrefiller, LoopbackTransport, StagingPool
+from tests.test_pdimport_runner import BLOCK as RUNNER_BLOCK
+from tests.test_pdimport_runner import command
 
 pytestmark = pytest.mark.gpu
 
 LAYERS, BLOCK, ROW = 2, 4, 32
+assert BLOCK == RUNNER_BLOCK  # the runner tests' import command builds pages of BLOCK rows
 PAGE = LAYERS * BLOCK * ROW
 TOP_K = 16
 LAYOUT = PoolLayout(gpu_blocks=8, host_blocks=8, block_tokens=BLOCK, row_bytes=ROW,
@@ -109,18 +112,6 @@ class Side:
             rows = result.rows[result.rows >= 0].astype(np.int64)
             out.append((result, self.executor.read_device_rows(p, rows)))
         return out
-
-
-def command(iid: int, req: str, target: str, num_tokens: int,
-            gpu: Sequence[int | None], host: Sequence[int | None]) -> ImportCommand:
-    n = -(-num_tokens // BLOCK)
-    pages = tuple(
-        PageImport(page_index=i + 1, key=f"{req}:{i}", gpu_block=gpu[i], host_block=host[i],
-                   valid_rows=min(BLOCK, num_tokens - i * BLOCK))
-        for i in range(n)
-    )
-    return ImportCommand(import_id=iid, request_id=req, target=target,  # type: ignore[arg-type]
-                         num_tokens=num_tokens, block_size=BLOCK, pages=pages)
 
 
 @pytest.mark.parametrize("num_tokens", [3 * BLOCK, 3 * BLOCK - 1, 2 * BLOCK + 1])
