@@ -73,10 +73,17 @@ def test_capacity_guess_and_curve() -> None:
 
 
 @pytest.mark.gpu
-def test_fused_fp8_indexer_scan_equals_its_reference() -> None:
+@pytest.mark.parametrize("tiles", [1, 4])
+@pytest.mark.parametrize("fp8_queries", [False, True])
+def test_fused_fp8_indexer_scan_equals_its_reference(tiles: int, fp8_queries: bool) -> None:
     import torch
 
-    from hisparse.engine.indexer import quantize_keys, scores_fused, scores_reference
+    from hisparse.engine.indexer import (
+        quantize_keys,
+        quantize_queries,
+        scores_fused,
+        scores_reference,
+    )
 
     dev = torch.device("cuda:0")
     gen = torch.Generator(device=dev).manual_seed(7)
@@ -88,8 +95,16 @@ def test_fused_fp8_indexer_scan_equals_its_reference() -> None:
         bits, scale = quantize_keys(keys)
         bits, scale = bits.view(n, t, 128), scale.view(n, t)
         pos = torch.randint(0, t, (e,), generator=gen, device=dev)
-        got = scores_fused(q, w, bits, scale, pos, per_slot)
+        if fp8_queries:
+            exact = scores_reference(q, w, bits, scale, pos, per_slot)
+            q, w = quantize_queries(q, w)
+            assert q.dtype == torch.uint8 and w.shape == (e, 64)
+        got = scores_fused(q, w, bits, scale, pos, per_slot, tiles=tiles)
         ref = scores_reference(q, w, bits, scale, pos, per_slot)
+        if fp8_queries:  # the folded scales give the bf16 queries' scores to FP8 rounding
+            live = ~torch.isneginf(exact)
+            fold = (ref[live] - exact[live]).norm() / exact[live].norm()
+            assert float(fold) < 0.1, float(fold)
         assert torch.equal(torch.isneginf(got), torch.isneginf(ref))
         live = ~torch.isneginf(ref)
         err = (got[live] - ref[live]).norm() / ref[live].norm()

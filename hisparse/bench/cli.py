@@ -180,6 +180,25 @@ def _equal_hbm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drift", type=positive_float, default=0.008,
                    help="fraction of each top-K that moves every step")
     p.add_argument("--steps", type=positive_int, default=20, help="timed steps per run")
+    p.add_argument("--attention", choices=("fused", "torch"), default="fused",
+                   help="sparse MLA attention: the fused Triton kernel or the torch path")
+    p.add_argument("--tiling", type=_tiling, default=None,
+                   help="the fused kernel's HEADS,ROWS,WARPS,STAGES (default: "
+                        "hisparse.engine.tiling.DEFAULT_TILING)")
+    p.add_argument("--scan-tiles", type=positive_int, default=None,
+                   help="key tiles per program of the FP8 indexer scan (default: "
+                        "hisparse.engine.indexer.SCAN_TILES)")
+
+
+def _tiling(text: str) -> Any:
+    from hisparse.engine.tiling import FusedTiling
+
+    vals = _ints(text)
+    if len(vals) != 4 or any(v & (v - 1) for v in vals[:2]) or vals[0] < 16 or vals[1] < 16:
+        raise argparse.ArgumentTypeError(
+            f"expected HEADS,ROWS,WARPS,STAGES with HEADS and ROWS powers of 2 of at least "
+            f"16, got {text!r}")
+    return FusedTiling(heads=vals[0], rows=vals[1], warps=vals[2], stages=vals[3])
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -215,7 +234,28 @@ def _equal_hbm(args: argparse.Namespace) -> dict[str, Any]:
 
     return equalhbm.run(budget_gib=args.budget_gib, contexts=args.contexts,
                         sharings=args.sharing, layers=args.layers, drift=args.drift,
-                        steps=args.steps, on_config=save)
+                        steps=args.steps, on_config=save, attention=args.attention,
+                        tiling=args.tiling, scan_tiles=args.scan_tiles)
+
+
+# -- engine-kernels (GPU) ---------------------------------------------------------------
+
+
+def _engine_kernels_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batches", type=_ints, default=(1, 8, 32),
+                   help="entries per attention call, comma-separated")
+    p.add_argument("--scan-batches", type=_ints, default=(1, 8, 32),
+                   help="entries per indexer scan, comma-separated")
+    p.add_argument("--positions", type=positive_int, default=132096,
+                   help="positions each scan entry reads")
+    p.add_argument("--reps", type=positive_int, default=20, help="timed calls per variant")
+
+
+def _engine_kernels(args: argparse.Namespace) -> dict[str, Any]:
+    from hisparse.bench import kernels
+
+    return kernels.run(batches=args.batches, scan_batches=args.scan_batches,
+                       positions=args.positions, reps=args.reps)
 
 
 # -- churn ----------------------------------------------------------------------------
@@ -361,6 +401,8 @@ TARGETS: dict[str, BenchTarget] = {
                           _engine_args, _engine),
     "equal-hbm": BenchTarget("decode tokens/s at equal HBM by allocation, V3.2 geometry "
                              "(NVIDIA GPU)", _equal_hbm_args, _equal_hbm),
+    "engine-kernels": BenchTarget("the step's attention and indexer-scan kernels, A/B "
+                                  "(NVIDIA GPU)", _engine_kernels_args, _engine_kernels),
     "tp": BenchTarget("tensor-parallel ranks, private vs shared host backing (NVIDIA GPUs)",
                       _tp_args, _tp),
     "nixl": BenchTarget("NIXL host-to-host READ between two processes vs memcpy (CPU)",

@@ -96,7 +96,7 @@ class _TopK:
         self.publish()
 
     def publish(self) -> None:
-        self.engine.given_topk.copy_(self.cur.sort(dim=-1).values.to(self.torch.int32))
+        self.engine.given_topk.copy_(self.cur.sort(dim=-1).values)
 
 
 def _fill(engine: Any, scheduler: Any, requests: list[EngineRequest]) -> dict[str, int]:

@@ -42,6 +42,7 @@ from hisparse.bench.gpu import environment
 from hisparse.engine.backend import load_torch
 from hisparse.engine.config import EngineShape, ModelShape
 from hisparse.engine.geometry import v32_model
+from hisparse.engine.tiling import DEFAULT_TILING, SCAN_TILES, FusedTiling
 from hisparse.engine.workload import pages_needed, synthetic_requests
 
 PREFILL_CHUNK = 2048
@@ -200,7 +201,8 @@ def run(
     budget_gib: float = 6.0, contexts: tuple[int, ...] = (131072, 32768),
     sharings: tuple[str, ...] = ("v3.2", "glm-5.2"), layers: int = 8, drift: float = 0.008,
     steps: int = 20, warmup: int = 8, top_k: int = 2048, same_batch: bool = True,
-    on_config: Callable[[dict[str, Any]], None] | None = None,
+    on_config: Callable[[dict[str, Any]], None] | None = None, attention: str = "fused",
+    tiling: FusedTiling | None = None, scan_tiles: int | None = None,
 ) -> dict[str, Any]:
     from hisparse.executor.cuda.backend import load_cupy
 
@@ -211,7 +213,9 @@ def run(
     doc: dict[str, Any] = {
         "environment": {**environment(), "torch": torch.__version__},
         "budget_gib": budget_gib, "layers": layers, "drift": drift, "steps": steps,
-        "warmup": warmup, "top_k": top_k, "configs": [],
+        "warmup": warmup, "top_k": top_k, "configs": [], "attention": attention,
+        "tiling": (tiling or DEFAULT_TILING).__dict__,
+        "scan_tiles": scan_tiles if scan_tiles is not None else SCAN_TILES,
     }
     dev = torch.device("cuda:0")
     model: Any = None
@@ -221,7 +225,8 @@ def run(
             model = None
             gc.collect()
             torch.cuda.empty_cache()
-            model = Model(ms, dev)
+            model = Model(ms, dev, attention=attention, tiling=tiling or DEFAULT_TILING,
+                          scan_tiles=scan_tiles)
         b = _Bench(torch, cupy, model, context, steps, warmup, drift, top_k)
         cfg: dict[str, Any] = {
             "sharing": sharing, "context": context, "index_leaders": ms.index_leaders,

@@ -2,8 +2,9 @@
 
 Both answer the same four questions inside the decode step: where a new token's row
 goes (``write``), which device rows hold a top-K (``select``; followers ``follow`` their
-leader), and the gathered rows (``gather``). Rows come back in the top-K's order, so the
-attention that follows sees the same bytes in the same order from either cache.
+leader), and the device rows those indices point into (``storage``). Indices come in the
+top-K's order, so the attention that reads them sees the same bytes in the same order
+from either cache.
 
 Entry ``e`` of a step is verification token ``e % per_slot`` of the request in slot
 ``e // per_slot``. An inactive entry writes to a row nobody reads (a row of its own free
@@ -20,28 +21,13 @@ from typing import Any, Protocol, cast
 import numpy as np
 import torch
 
-from hisparse.engine.config import ROW_BYTES, EngineShape, ModelShape
+from hisparse.engine.config import EngineShape, ModelShape
 from hisparse.engine.indexer import quantize_keys
 from hisparse.engine.inputs import ResolveInputs
+from hisparse.engine.kvrow import ROW_WORDS, as_words
 from hisparse.engine.schedule import HiSparseScheduler, PageTables
 from hisparse.executor.cuda import CudaExecutor, CudaPools, CudaResolveResult, ResolveBuffers
 from hisparse.executor.cuda.backend import load_cupy
-
-ROW_WORDS = ROW_BYTES // 8
-"""A row as int64 words: caches are stored, written and gathered as 82 words per row
-rather than 656 bytes (eight times fewer elements per copy)."""
-
-
-def as_words(rows: torch.Tensor) -> torch.Tensor:
-    """uint8 [..., 656] rows as int64 [..., 82] (the same bytes)."""
-    return rows.view(torch.int64)
-
-
-def gather_rows(words: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """uint8 [E, K, 656]: the rows ``rows`` [E, K] (-1: row 0, masked by attention)."""
-    e, k = rows.shape
-    return words.index_select(0, rows.clamp(min=0).view(-1)).view(torch.uint8).view(
-        e, k, ROW_BYTES)
 
 
 def entry_layout(shape: EngineShape, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,7 +100,9 @@ class KVCache(Protocol):
 
     def follow(self, layer: int, leader: int) -> None: ...
 
-    def gather(self, layer: int, rows: torch.Tensor) -> torch.Tensor: ...
+    def storage(self, layer: int) -> torch.Tensor:
+        """int64 [R, 82]: the rows ``select``'s indices point into."""
+        ...
 
     def counters(self) -> torch.Tensor: ...
 
@@ -161,8 +149,8 @@ class ResidentCache:
     def follow(self, layer: int, leader: int) -> None:
         pass
 
-    def gather(self, layer: int, rows: torch.Tensor) -> torch.Tensor:
-        return gather_rows(self.rows[layer], rows)
+    def storage(self, layer: int) -> torch.Tensor:
+        return self.rows[layer]
 
     def counters(self) -> torch.Tensor:
         return self._zero
@@ -195,6 +183,7 @@ class HiSparseCache:
         self, scheduler: HiSparseScheduler, shape: EngineShape, device: torch.device
     ) -> None:
         cupy = load_cupy()
+        self._cupy = cupy
         self.shape = shape
         self.scheduler = scheduler
         executor = scheduler.worker.executor
@@ -224,8 +213,7 @@ class HiSparseCache:
                 self.buffers[h.layer] = buf
                 self.views[h.layer] = {  # torch views (DLPack, no copy) of what torch touches
                     name: torch.from_dlpack(arr) for name, arr in (
-                        ("topk", buf.topk), ("rows", buf.result.rows),
-                        ("counters", buf.result.counters),
+                        ("rows", buf.result.rows), ("counters", buf.result.counters),
                     )
                 }
         executor.stream.synchronize()
@@ -234,7 +222,6 @@ class HiSparseCache:
         self.gpu_table = torch.full((shape.slots, pages), -1, dtype=torch.int32, device=device)
         self.host_table = torch.full((shape.slots, pages), -1, dtype=torch.int32, device=device)
         self._staged = torch.empty((2, shape.slots, pages), dtype=torch.int32, pin_memory=True)
-        self._count = torch.zeros(3, dtype=torch.int64, device=device)
         self._inputs = torch.zeros((3, shape.entries), dtype=torch.int64, device=device)
         self._target = self.entry_slot
         self._fill: ResolveInputs | None = None
@@ -262,7 +249,6 @@ class HiSparseCache:
 
     def begin_step(self) -> None:
         self.step.add_(1)  # the resolver's step, advanced on the device
-        self._count.zero_()
         bt = self.shape.block_tokens
         pos = self._inputs[1]
         block = self.gpu_table[self.entry_slot, pos // bt].long()
@@ -273,23 +259,26 @@ class HiSparseCache:
 
     def select(self, layer: int, topk: torch.Tensor) -> torch.Tensor:
         assert self._fill is not None, "bind() the step's inputs first"
-        v, buf = self.views[layer], self.buffers[layer]
-        v["topk"].copy_(topk)
+        buf = self.buffers[layer]
         with self.executor.stream:
-            self._fill.launch(buf)
+            # a zero-copy view through the CUDA array interface (version 2: no stream,
+            # so no synchronization); the kernel narrows it into the resolver's buffer
+            self._fill.launch(self._cupy.asarray(topk.contiguous()), buf)
         self.executor.launch_resolve(self.pools[layer], buf)
-        active = (self._inputs[2] != 0).unsqueeze(1)
-        self._count.add_((v["counters"] * active).sum(0))
-        return v["rows"]  # -1 for padding and for inactive entries (slot -1)
+        return self.views[layer]["rows"]  # -1 for padding and for inactive entries (slot -1)
 
     def follow(self, layer: int, leader: int) -> None:
         self.executor.replay(self.pools[layer], self.buffers[leader].result.plan)
 
-    def gather(self, layer: int, rows: torch.Tensor) -> torch.Tensor:
-        return gather_rows(self.device_rows[layer], rows)
+    def storage(self, layer: int) -> torch.Tensor:
+        return self.device_rows[layer]
 
     def counters(self) -> torch.Tensor:
-        return self._count
+        """The step's resolver counters over every leader, summed once at the end of the
+        step (off the chain of kernels between a leader's top-K and its attention)."""
+        per = torch.stack([v["counters"] for v in self.views.values()])  # [L, E, 3]
+        active = (self._inputs[2] != 0).view(1, -1, 1)
+        return (per * active).sum((0, 1))
 
     def prefill_targets(self, slot: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions below ``length`` on resident pages and their device rows; positions on

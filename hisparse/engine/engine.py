@@ -60,7 +60,7 @@ class DecodeEngine:
         self._idle_pos = np.arange(e, dtype=np.int64) % shape.per_slot
         self.index = IndexCache(model.shape, shape, dev)
         self.inputs = torch.zeros((3, e), dtype=torch.int64, device=dev)
-        self.given_topk = torch.full((e, shape.top_k), -1, dtype=torch.int32, device=dev)
+        self.given_topk = torch.full((e, shape.top_k), -1, dtype=torch.int64, device=dev)
         self._staged_in = torch.zeros((3, e), dtype=torch.int64, pin_memory=True)
         self._staged_out = torch.zeros(e + n + 3, dtype=torch.int64, pin_memory=True)
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -86,12 +86,12 @@ class DecodeEngine:
 
     def _topk(self, layer: int, h: torch.Tensor, pos: torch.Tensor, hq: torch.Tensor
               ) -> torch.Tensor:
-        """The indexer's top-K positions per entry, ascending, -1 padding first."""
+        """The indexer's top-K positions per entry, int64, ascending, -1 padding first."""
         scores = self.model.index_scores(layer, h, pos, self.index.view(layer),
                                          self.shape.per_slot, hq)
-        vals, idx = scores.topk(self.shape.top_k, dim=-1)
+        vals, idx = scores.topk(self.shape.top_k, dim=-1, sorted=False)  # sorted below
         idx = torch.where(torch.isneginf(vals), -1, idx)
-        return idx.sort(dim=-1).values.to(torch.int32)
+        return idx.sort(dim=-1).values
 
     def _body(self) -> tuple[torch.Tensor, torch.Tensor]:
         m, s, cache = self.model, self.shape, self.cache
@@ -113,7 +113,7 @@ class DecodeEngine:
             else:
                 cache.follow(layer, leader)
                 rows = selected
-            x = x + m.attention(layer, h, pos, cache.gather(layer, rows), rows < 0, hq)
+            x = x + m.attention(layer, h, pos, cache.storage(layer), rows, hq)
             x = x + m.mlp(layer, x)
         logits = m.logits(x)
         nxt = logits.argmax(-1)

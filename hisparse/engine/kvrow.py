@@ -14,6 +14,23 @@ from hisparse.engine.config import LATENT_DIM, ROPE_DIM, ROW_BYTES, SCALE_TILES
 
 FP8_MAX = 448.0
 """Largest finite float8_e4m3fn value."""
+ROW_WORDS = ROW_BYTES // 8
+"""A row as int64 words: caches are stored, written and gathered as 82 words per row
+rather than 656 bytes (eight times fewer elements per copy)."""
+
+
+def as_words(rows: torch.Tensor) -> torch.Tensor:
+    """uint8 [..., 656] rows as int64 [..., 82] (the same bytes)."""
+    return rows.view(torch.int64)
+
+
+def gather_rows(words: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """uint8 [E, K, 656]: the rows ``rows`` [E, K] (-1: row 0, masked by attention)."""
+    e, k = rows.shape
+    return words.index_select(0, rows.clamp(min=0).view(-1)).view(torch.uint8).view(
+        e, k, ROW_BYTES)
+
+
 _TILE = LATENT_DIM // SCALE_TILES
 _SCALES = slice(LATENT_DIM, LATENT_DIM + 4 * SCALE_TILES)
 _ROPE = slice(LATENT_DIM + 4 * SCALE_TILES, ROW_BYTES)

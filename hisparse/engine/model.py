@@ -21,13 +21,14 @@ from typing import Any
 
 import torch
 
+from hisparse.engine.attention import fused_available, latent_fused, latent_torch
+from hisparse.engine.backend import EngineUnavailable
 from hisparse.engine.config import LATENT_DIM, ROPE_DIM, ModelShape
-from hisparse.engine.indexer import scores_fused
-from hisparse.engine.kvrow import pack_rows, unpack_rows
+from hisparse.engine.indexer import quantize_queries, scores_fused
+from hisparse.engine.kvrow import pack_rows
+from hisparse.engine.tiling import DEFAULT_TILING, FusedTiling
 
 ROPE_BASE = 10000.0
-MASKED = -1.0e30
-"""Score of a padding position: finite, so a row with nothing to attend gives zeros."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,9 +54,21 @@ class LayerWeights:
 class Model:
     """Weights on one device and the per-layer functions the engine composes."""
 
-    def __init__(self, shape: ModelShape, device: torch.device | str) -> None:
+    def __init__(self, shape: ModelShape, device: torch.device | str, *,
+                 attention: str = "auto", tiling: FusedTiling = DEFAULT_TILING,
+                 scan_tiles: int | None = None) -> None:
+        if attention not in ("auto", "fused", "torch"):
+            raise ValueError(f"attention must be 'auto', 'fused' or 'torch', got {attention!r}")
         self.shape = shape
         self.device = torch.device(device)
+        if attention == "fused" and not fused_available(self.device):
+            raise EngineUnavailable("fused sparse attention needs a CUDA device and triton")
+        self.fused_attention = attention == "fused" or (
+            attention == "auto" and fused_available(self.device))
+        """Attention through ``latent_fused`` (else the torch path): "auto" takes the
+        fused kernel wherever it can run, so both engines of a lockstep use the same."""
+        self.tiling = tiling
+        self.scan_tiles = scan_tiles  # key tiles per program of the FP8 scan (None: default)
         gen = torch.Generator(device=self.device).manual_seed(shape.seed)
         s = shape
 
@@ -168,9 +181,10 @@ class Model:
         q = self._index_rope((hq @ lw.wiq).view(e, s.index_heads, di),
                              pos.unsqueeze(-1).expand(e, s.index_heads))
         wts = (h @ lw.wiw).float() * (s.index_heads ** -0.5)  # [E, Hi]
-        if s.index_fp8:
+        if s.index_fp8:  # FP8 keys and FP8 queries, both dots' operands on the tensor cores
             fp8, scale = keys
-            return scores_fused(q, wts, fp8, scale, pos, per_slot)
+            q8, wq = quantize_queries(q, wts)
+            return scores_fused(q8, wq, fp8, scale, pos, per_slot, tiles=self.scan_tiles)
         n, t, _ = keys.shape
         logits = torch.bmm(q.view(n, per_slot * s.index_heads, di), keys.transpose(1, 2))
         gated = torch.relu(logits).float().view(e, s.index_heads, t)
@@ -179,11 +193,11 @@ class Model:
         return scores.masked_fill(future, float("-inf"))
 
     def attention(
-        self, layer: int, h: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
-        pad: torch.Tensor, hq: torch.Tensor | None = None,
+        self, layer: int, h: torch.Tensor, pos: torch.Tensor, words: torch.Tensor,
+        rows: torch.Tensor, hq: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Sparse MLA over gathered cache rows ``rows`` uint8 [E, K, 656]; ``pad`` [E, K]
-        marks positions to ignore. Returns the attention output [E, D]."""
+        """Sparse MLA over cache rows ``rows`` [E, K] of ``words`` (int64 [R, 82]; -1:
+        padding). Returns the attention output [E, D]."""
         lw, s = self.layers[layer], self.shape
         e, nh = h.shape[0], s.heads
         hq = self.query_input(layer, h) if hq is None else hq
@@ -191,12 +205,11 @@ class Model:
         q_nope, q_rope = q[..., : s.nope_dim], q[..., s.nope_dim :]
         q_rope = self.rope(q_rope, pos.unsqueeze(-1).expand(e, nh))
         q_lat = torch.bmm(q_nope.transpose(0, 1), lw.wuk).transpose(0, 1)  # [E, H, 512]
-        latent, rope = unpack_rows(rows)
-        kv = torch.cat([latent, rope], -1).masked_fill(pad.unsqueeze(-1), 0)  # [E, K, 576]
-        scores = torch.bmm(torch.cat([q_lat, q_rope], -1), kv.transpose(1, 2)).float()
-        scores = (scores * self.softmax_scale).masked_fill(pad.unsqueeze(1), MASKED)
-        probs = torch.softmax(scores, -1).to(torch.bfloat16)  # [E, H, K]
-        out_lat = torch.bmm(probs, kv[..., :LATENT_DIM])  # [E, H, 512]
+        qcat = torch.cat([q_lat, q_rope], -1)  # [E, H, 576]
+        if self.fused_attention:
+            out_lat = latent_fused(qcat, words, rows, self.softmax_scale, self.tiling)
+        else:
+            out_lat = latent_torch(qcat, words, rows, self.softmax_scale)
         out = torch.bmm(out_lat.transpose(0, 1), lw.wuv).transpose(0, 1)  # [E, H, v]
         return out.reshape(e, nh * s.v_dim) @ lw.wo
 
