@@ -13,11 +13,25 @@ from typing import Any
 
 import pytest
 
-from hisparse.engine.tiling import SMS_TARGET, FusedTiling
+from hisparse.engine.tiling import (
+    LARGE_BATCH_TILING,
+    SMALL_BATCH,
+    SMALL_BATCH_TILING,
+    SMS_TARGET,
+    FusedTiling,
+    pick_tiling,
+)
 
 TILINGS = [FusedTiling(), FusedTiling(split=1), FusedTiling(heads=32, rows=32, warps=8),
            FusedTiling(rows=64, split=4), FusedTiling(heads=16, rows=16, split=7),
            FusedTiling(heads=64, rows=16, warps=8), FusedTiling(rows=16, split=3)]
+
+
+def test_tiling_follows_the_batch() -> None:
+    assert pick_tiling(1) == pick_tiling(SMALL_BATCH - 1) == SMALL_BATCH_TILING
+    assert pick_tiling(SMALL_BATCH) == pick_tiling(256) == LARGE_BATCH_TILING
+    assert SMALL_BATCH_TILING.splits(1, 128, 2048) == 32  # 8 head blocks x 32 splits
+    assert LARGE_BATCH_TILING.splits(32, 128, 2048) == 8  # 64 programs want 5: 8
 
 
 def test_split_fills_the_gpu_and_never_exceeds_the_tiles() -> None:

@@ -184,7 +184,7 @@ def _equal_hbm_args(p: argparse.ArgumentParser) -> None:
                    help="sparse MLA attention: the fused Triton kernel or the torch path")
     p.add_argument("--tiling", type=_tiling, default=None,
                    help="the fused kernel's HEADS,ROWS,WARPS,STAGES (default: "
-                        "hisparse.engine.tiling.DEFAULT_TILING)")
+                        "hisparse.engine.tiling.pick_tiling by the batch)")
     p.add_argument("--scan-tiles", type=positive_int, default=None,
                    help="key tiles per program of the FP8 indexer scan (default: "
                         "hisparse.engine.indexer.SCAN_TILES)")

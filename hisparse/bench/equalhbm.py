@@ -42,7 +42,7 @@ from hisparse.bench.gpu import environment
 from hisparse.engine.backend import load_torch
 from hisparse.engine.config import EngineShape, ModelShape
 from hisparse.engine.geometry import v32_model
-from hisparse.engine.tiling import DEFAULT_TILING, SCAN_TILES, FusedTiling
+from hisparse.engine.tiling import SCAN_TILES, FusedTiling
 from hisparse.engine.workload import pages_needed, synthetic_requests
 
 PREFILL_CHUNK = 2048
@@ -214,7 +214,7 @@ def run(
         "environment": {**environment(), "torch": torch.__version__},
         "budget_gib": budget_gib, "layers": layers, "drift": drift, "steps": steps,
         "warmup": warmup, "top_k": top_k, "configs": [], "attention": attention,
-        "tiling": (tiling or DEFAULT_TILING).__dict__,
+        "tiling": tiling.__dict__ if tiling is not None else "pick_tiling by the batch",
         "scan_tiles": scan_tiles if scan_tiles is not None else SCAN_TILES,
     }
     dev = torch.device("cuda:0")
@@ -225,7 +225,7 @@ def run(
             model = None
             gc.collect()
             torch.cuda.empty_cache()
-            model = Model(ms, dev, attention=attention, tiling=tiling or DEFAULT_TILING,
+            model = Model(ms, dev, attention=attention, tiling=tiling,
                           scan_tiles=scan_tiles)
         b = _Bench(torch, cupy, model, context, steps, warmup, drift, top_k)
         cfg: dict[str, Any] = {

@@ -18,7 +18,7 @@ import torch
 from hisparse.engine.backend import EngineUnavailable
 from hisparse.engine.config import LATENT_DIM, ROPE_DIM, ROW_BYTES
 from hisparse.engine.kvrow import gather_rows, unpack_rows
-from hisparse.engine.tiling import DEFAULT_TILING, FusedTiling
+from hisparse.engine.tiling import FusedTiling, pick_tiling
 
 MASKED = -1.0e30
 """Score of a padding position: finite, so a row with nothing to attend gives zeros."""
@@ -72,10 +72,11 @@ def fused_available(device: torch.device) -> bool:
 
 
 def latent_fused(q: torch.Tensor, words: torch.Tensor, rows: torch.Tensor, sm_scale: float,
-                 tiling: FusedTiling = DEFAULT_TILING) -> torch.Tensor:
+                 tiling: FusedTiling | None = None) -> torch.Tensor:
     """``latent_torch`` in one kernel (plus a merge when the top-K is split), reading each
     row from ``words`` by index. Launch shapes depend only on ``q`` and ``rows``'s
-    shapes, so a captured graph replays it with new inputs."""
+    shapes, so a captured graph replays it with new inputs. ``tiling``: by default the
+    measured best for this many entries (``tiling.pick_tiling``)."""
     triton, attend, combine = _kernels()
     e, h, d = q.shape
     if d != LATENT_DIM + ROPE_DIM:
@@ -87,6 +88,7 @@ def latent_fused(q: torch.Tensor, words: torch.Tensor, rows: torch.Tensor, sm_sc
         raise ValueError(f"rows must be a contiguous [R, {ROW_BYTES}] byte view")
     f32, bf16 = raw.view(torch.float32), raw.view(torch.bfloat16)
     q = q.contiguous()
+    tiling = tiling if tiling is not None else pick_tiling(e)
     rows = rows.contiguous()
     s = tiling.splits(e, h, k)
     ks = -(-k // s)

@@ -26,7 +26,7 @@ from hisparse.engine.backend import EngineUnavailable
 from hisparse.engine.config import LATENT_DIM, ROPE_DIM, ModelShape
 from hisparse.engine.indexer import quantize_queries, scores_fused
 from hisparse.engine.kvrow import pack_rows
-from hisparse.engine.tiling import DEFAULT_TILING, FusedTiling
+from hisparse.engine.tiling import FusedTiling
 
 ROPE_BASE = 10000.0
 
@@ -55,7 +55,7 @@ class Model:
     """Weights on one device and the per-layer functions the engine composes."""
 
     def __init__(self, shape: ModelShape, device: torch.device | str, *,
-                 attention: str = "auto", tiling: FusedTiling = DEFAULT_TILING,
+                 attention: str = "auto", tiling: FusedTiling | None = None,
                  scan_tiles: int | None = None) -> None:
         if attention not in ("auto", "fused", "torch"):
             raise ValueError(f"attention must be 'auto', 'fused' or 'torch', got {attention!r}")
@@ -67,7 +67,7 @@ class Model:
             attention == "auto" and fused_available(self.device))
         """Attention through ``latent_fused`` (else the torch path): "auto" takes the
         fused kernel wherever it can run, so both engines of a lockstep use the same."""
-        self.tiling = tiling
+        self.tiling = tiling  # None: tiling.pick_tiling by the launch's entries
         self.scan_tiles = scan_tiles  # key tiles per program of the FP8 scan (None: default)
         gen = torch.Generator(device=self.device).manual_seed(shape.seed)
         s = shape
