@@ -68,7 +68,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/bugs.py": _t("test_protocol_bugs", "test_invariants_alone", "test_protocol_sync"),
     # the shared pool and the worker process harness
     "hisparse/sharedpool.py": _t("test_sharedpool", "test_simulate",
-                                 "test_rule_sharedpool_lifetime"),
+                                 "test_rule_sharedpool_lifetime", "test_rule_sharedpool_waits"),
     "hisparse/workerport.py": _t(*_WORKERPROC),
     "hisparse/workerproc.py": _t(*_WORKERPROC),
     "hisparse/workerwire.py": _t(*_WORKERPROC),
@@ -84,9 +84,9 @@ TARGETS: dict[str, Guard] = {
     "hisparse/metrics.py": _t("test_metrics", "test_rule_metrics_exact"),
     "hisparse/docs.py": _t("test_trace_format"),
     # the TP merge
-    "hisparse/tp/group.py": _t("test_tp"),
+    "hisparse/tp/group.py": _t("test_tp", "test_rule_tp_group"),
     "hisparse/tp/launch.py": _t("test_tp"),
-    "hisparse/tp/run.py": _t("test_tp", "test_coordinator_tp"),
+    "hisparse/tp/run.py": _t("test_tp", "test_coordinator_tp", "test_rule_tp_run"),
     # trace admission and the trace encoding for TLC (their guards model-check)
     "hisparse/tracecheck/admit.py": _t("test_trace_admission", tlc=True),
     "hisparse/tracecheck/check.py": _t(*_TLC_TRACE, tlc=True),
@@ -147,13 +147,15 @@ TARGETS: dict[str, Guard] = {
     # the P/D import transport (loopback and NIXL between processes)
     "hisparse/transport/base.py": _t("test_transport", "test_rule_transport_refusals"),
     "hisparse/transport/errors.py": _t("test_transport"),
-    "hisparse/transport/geometry.py": _t("test_transport"),
-    "hisparse/transport/loopback.py": _t("test_transport"),
+    # (a rule test first where test_transport is slow: -x stops at the first failure)
+    "hisparse/transport/geometry.py": _t("test_rule_import_geometry", "test_transport"),
+    "hisparse/transport/loopback.py": _t("test_rule_loopback_edges", "test_transport"),
     "hisparse/transport/nixl.py": _t("test_transport"),
     "hisparse/transport/nixlpeer.py": _t("test_transport"),
     "hisparse/transport/staging.py": _t("test_transport", "test_rule_staging_edges"),
     "hisparse/bench/nixl.py": _t("test_bench_cli", "test_transport"),
-    "hisparse/transport/arena.py": _t("test_transport", "test_pdimport_runner"),
+    "hisparse/transport/arena.py": _t("test_rule_arena_edges", "test_transport",
+                                      "test_pdimport_runner"),
     # the worker's P/D import runner, its executor calls and the simulate side
     "hisparse/pdimport/runner.py": _t("test_pdimport_runner", "test_pdimport_system",
                                       "test_rule_pdimport_runner_edges"),
@@ -163,18 +165,22 @@ TARGETS: dict[str, Guard] = {
     # the suffix rule, the generic OffloadingConnector, MultiConnector, indexer offload
     "spec/suffix.py": _t("test_suffix_rule", "test_indexer_sim"),
     "spec/suffix_variants.py": _t("test_suffix_rule", "test_tlc_check"),
-    "hisparse/connectors/base.py": _t("test_multi_connector", "test_offloading"),
+    "hisparse/connectors/base.py": _t("test_multi_connector", "test_offloading",
+                                      "test_rule_connector_edges"),
     "hisparse/connectors/config.py": _t("test_multi_connector"),
-    "hisparse/connectors/gpu_group.py": _t("test_offloading", "test_indexer_sim"),
+    "hisparse/connectors/gpu_group.py": _t("test_offloading", "test_indexer_sim",
+                                           "test_rule_connector_edges"),
     "hisparse/connectors/hisparse_child.py": _t("test_multi_connector", "test_indexer_sim"),
-    "hisparse/connectors/indexer_rows.py": _t("test_offloading", "test_indexer_sim"),
+    "hisparse/connectors/indexer_rows.py": _t("test_offloading", "test_indexer_sim",
+                                              "test_rule_connector_edges"),
     "hisparse/connectors/metrics.py": _t("test_multi_connector", "test_metrics"),
     "hisparse/connectors/multi.py": _t("test_multi_connector", "test_multi_connector_order",
                                        "test_indexer_sim", "test_rule_offload_store_pins"),
     "hisparse/connectors/offload_store.py": _t("test_offloading", "test_rule_offload_store_pins"),
     "hisparse/connectors/offloading.py": _t("test_offloading", "test_multi_connector",
                                             "test_rule_offloading_edges"),
-    "hisparse/connectors/wire.py": _t("test_offloading", "test_multi_connector"),
+    "hisparse/connectors/wire.py": _t("test_offloading", "test_multi_connector",
+                                      "test_rule_connector_edges"),
     "hisparse/indexer_sim.py": _t("test_indexer_sim", "test_simulate"),
 }
 
