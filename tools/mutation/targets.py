@@ -159,7 +159,8 @@ TARGETS: dict[str, Guard] = {
     # the worker's P/D import runner, its executor calls and the simulate side
     "hisparse/pdimport/runner.py": _t("test_pdimport_runner", "test_pdimport_system",
                                       "test_rule_pdimport_runner_edges"),
-    "hisparse/pdimport/prefill.py": _t("test_pdimport_runner", "test_pdimport_system"),
+    "hisparse/pdimport/prefill.py": _t("test_rule_prefill_pages", "test_pdimport_runner",
+                                       "test_pdimport_system"),
     "hisparse/pdimport/sim.py": _t("test_pdimport_system", "test_simulate"),
     "executor/importing.py": _t("test_pdimport_runner", "test_executor_reference"),
     # the suffix rule, the generic OffloadingConnector, MultiConnector, indexer offload
