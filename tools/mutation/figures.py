@@ -60,6 +60,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",
     "hisparse/transport/loopback.py:35:reorder:0": "attribute of an object whose __init__ raises",
+    "hisparse/pdimport/sim.py:89:reorder:0": "attribute of an object whose __init__ raises",
 }
 
 

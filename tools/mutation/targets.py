@@ -161,7 +161,7 @@ TARGETS: dict[str, Guard] = {
                                       "test_rule_pdimport_runner_edges"),
     "hisparse/pdimport/prefill.py": _t("test_rule_prefill_pages", "test_pdimport_runner",
                                        "test_pdimport_system"),
-    "hisparse/pdimport/sim.py": _t("test_pdimport_system", "test_simulate"),
+    "hisparse/pdimport/sim.py": _t("test_rule_pd_side", "test_pdimport_system", "test_simulate"),
     "executor/importing.py": _t("test_pdimport_runner", "test_executor_reference"),
     # the suffix rule, the generic OffloadingConnector, MultiConnector, indexer offload
     "spec/suffix.py": _t("test_suffix_rule", "test_indexer_sim"),
