@@ -46,6 +46,21 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/engine/offload.py:141:none:2": "worker meta bytes are None or non-empty",
     "hisparse/sharedpool.py:44:none:0": "differs only for the name '', whose attach raises",
     "hisparse/sharedpool.py:119:reorder:1": "the writer's spills checked twice: pure",
+    # the third guard-phase run (docs/mutation-guard-run3.json)
+    "hisparse/tp/group.py:75:none:0": "list([]) is [] too: the branches agree when empty",
+    "hisparse/tp/run.py:151:none:9": "an Admission (NamedTuple of three) is always truthy",
+    "hisparse/tp/run.py:168:none:13": "connector metadata (pydantic model) is always truthy",
+    "hisparse/tp/run.py:292:cmp:26": "position 0 is page 0 on either branch",
+    "hisparse/tp/run.py:292:int:5": "position 0 is page 0 on either branch",
+    "hisparse/tp/run.py:294:cmp:42": "position 0 is offset 0 on either branch",
+    "hisparse/tp/run.py:239:call:29": "a released request's pages are never read again",
+    "hisparse/tp/run.py:472:var:1": "the probe's refusal never changes the reader: no raise",
+    "hisparse/tp/run.py:531:none:1": "close is None or a bound method (truthy)",
+    "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
+    "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
+    "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",
+    "hisparse/transport/loopback.py:35:reorder:0": "attribute of an object whose __init__ raises",
+    "hisparse/pdimport/sim.py:89:reorder:0": "attribute of an object whose __init__ raises",
 }
 
 
