@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from hisparse.bench.equalhbm import curve_batches, guess, max_context_for
+from hisparse.bench.equalhbm import (
+    HOST_EXTRA_BLOCKS,
+    curve_batches,
+    guess,
+    host_blocks_for,
+    host_largest,
+    host_pool_bytes,
+    max_context_for,
+)
 from hisparse.engine.config import EngineConfigError, EngineShape, ModelShape
 from hisparse.engine.geometry import V32_MLP_ACTIVE, leaders, v32_model
 from hisparse.models import MODELS
@@ -67,6 +75,30 @@ def test_capacity_guess_and_curve() -> None:
     assert curve_batches("resident", 7, 7) == [1, 3, 7]
     assert curve_batches("hisparse", 33, 7) == [1, 7, 33]
     assert curve_batches("hisparse", 1, 7) == [1]
+    assert curve_batches("resident", 51, 51, "largest") == [51]
+    assert curve_batches("hisparse", 0, 51, "largest") == []
+    with pytest.raises(ValueError, match="curve"):
+        curve_batches("resident", 7, 7, "some")
+
+
+@pytest.mark.parametrize("ctx", [32768, 131072])
+def test_host_bound_is_the_largest_pool_that_fits(ctx: int) -> None:
+    """The host bound is exact: its batch's measured pool fits in the bytes given, one
+    request more does not (a block is 64 tokens of 656-byte rows in each of 8 layers)."""
+    m = v32_model(8, "v3.2")
+    shape = EngineShape(slots=1, max_context=max_context_for(ctx, 44), top_k=2048)
+    pages = -(-(ctx + 44) // 64)
+    assert host_pool_bytes(m, shape, 1) == 64 * 656 * 8
+    assert host_blocks_for(3, pages) == 3 * pages + HOST_EXTRA_BLOCKS
+    for gib in (0.5, 6.0, 88.0):
+        b = host_largest(m, shape, ctx, 44, gib)
+        limit = int(gib * (1 << 30))
+        assert host_pool_bytes(m, shape, host_blocks_for(b, pages)) <= limit
+        assert host_pool_bytes(m, shape, host_blocks_for(b + 1, pages)) > limit
+    # 88 GiB pins about 137 requests of 128k, 548 of 32k: the bound the H200's host
+    # (128 GiB) puts on the large budgets
+    assert host_largest(m, shape, ctx, 44, 88.0) == (137 if ctx == 131072 else 548)
+    assert host_largest(m, shape, ctx, 44, 1e-6) == 0
 
 
 # -- GPU ----------------------------------------------------------------------------------

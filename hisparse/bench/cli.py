@@ -188,6 +188,17 @@ def _equal_hbm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scan-tiles", type=positive_int, default=None,
                    help="key tiles per program of the FP8 indexer scan (default: "
                         "hisparse.engine.indexer.SCAN_TILES)")
+    p.add_argument("--host-gib", type=positive_float, default=None,
+                   help="pinned host memory HiSparse's pool may take (default: no bound); "
+                        "its largest batch is the smaller of this bound and the HBM one")
+    p.add_argument("--prefill-chunk", type=positive_int, default=None,
+                   help="prompt positions per prefill launch; its temporaries count "
+                        "against the budget (default: hisparse.bench.equalhbm.PREFILL_CHUNK)")
+    p.add_argument("--curve", choices=("full", "largest"), default="full",
+                   help="batches timed per engine: full (1, the largest and one between) "
+                        "or largest (the largest alone)")
+    p.add_argument("--no-same-batch", action="store_true",
+                   help="skip all-resident at HiSparse's largest batch outside the budget")
 
 
 def _tiling(text: str) -> Any:
@@ -235,7 +246,10 @@ def _equal_hbm(args: argparse.Namespace) -> dict[str, Any]:
     return equalhbm.run(budget_gib=args.budget_gib, contexts=args.contexts,
                         sharings=args.sharing, layers=args.layers, drift=args.drift,
                         steps=args.steps, on_config=save, attention=args.attention,
-                        tiling=args.tiling, scan_tiles=args.scan_tiles)
+                        tiling=args.tiling, scan_tiles=args.scan_tiles,
+                        host_gib=args.host_gib,
+                        prefill_chunk=args.prefill_chunk or equalhbm.PREFILL_CHUNK,
+                        curve=args.curve, same_batch=not args.no_same_batch)
 
 
 # -- engine-kernels (GPU) ---------------------------------------------------------------

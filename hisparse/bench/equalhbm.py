@@ -13,6 +13,9 @@ replay a leader's plan) and context length, in one HBM budget:
    allocation, graph captured), runs one prefill chunk's projections and one step, and
    counts as fitting when nothing ran out of memory. A HiSparse probe's pinned host pool
    is 16 blocks (pinned host memory takes no HBM); the measured run allocates it whole.
+   HiSparse's batch is also bounded by the host memory it may pin (``host_gib``: the
+   pool holds every spilled page of every request), by arithmetic: the smaller of the
+   two bounds is its largest batch, and the report names which one bound it.
 3. At a few batches up to each engine's largest, the engine is built again, every
    request admitted and prefilled (token-local projections of random prompts: synthetic
    KV; HiSparse spills every complete page to pinned host memory as the engine loop
@@ -40,14 +43,20 @@ from hisparse.bench.engine import (
 )
 from hisparse.bench.gpu import environment
 from hisparse.engine.backend import load_torch
-from hisparse.engine.config import EngineShape, ModelShape
+from hisparse.engine.config import ROW_BYTES, EngineShape, ModelShape
 from hisparse.engine.geometry import v32_model
 from hisparse.engine.tiling import SCAN_TILES, FusedTiling
 from hisparse.engine.workload import pages_needed, synthetic_requests
 
 PREFILL_CHUNK = 2048
-"""Prompt positions per prefill launch here (its temporaries count against the budget)."""
+"""Prompt positions per prefill launch here by default (its temporaries count against
+the budget; a larger chunk costs fewer launches: the fill of a 128k request at 2048 is
+about 1 s of Python launching small kernels, and the budget pays the chunk's temporaries
+in both engines alike)."""
 PROBE_HOST_BLOCKS = 16
+HOST_EXTRA_BLOCKS = 16
+"""Host blocks beyond every request's pages in a measured run's pool."""
+CURVES = ("full", "largest")
 
 
 def max_context_for(context: int, max_new: int) -> int:
@@ -62,9 +71,34 @@ def guess(model: ModelShape, shape: EngineShape, context: int, budget_gib: float
                           "hisparse_max_batch"]))
 
 
-def curve_batches(kind: str, largest: int, resident_largest: int) -> list[int]:
+def host_blocks_for(batch: int, pages: int) -> int:
+    """A measured HiSparse run's host pool: every page of every request, and a margin."""
+    return batch * pages + HOST_EXTRA_BLOCKS
+
+
+def host_pool_bytes(model: ModelShape, shape: EngineShape, blocks: int) -> int:
+    """Pinned bytes of a host pool of ``blocks`` (a block holds its rows of every layer)."""
+    return blocks * shape.block_tokens * ROW_BYTES * model.layers
+
+
+def host_largest(model: ModelShape, shape: EngineShape, context: int, max_new: int,
+                 host_gib: float) -> int:
+    """The largest batch whose measured run's host pool fits in ``host_gib`` (0: none)."""
+    pages = pages_needed(context, max_new, shape)
+    per = host_pool_bytes(model, shape, pages)
+    extra = host_pool_bytes(model, shape, HOST_EXTRA_BLOCKS)
+    return max(0, (int(host_gib * GIB) - extra) // per)
+
+
+def curve_batches(kind: str, largest: int, resident_largest: int, curve: str = "full"
+                  ) -> list[int]:
     """Batches to time: 1 and the largest; all-resident also half its largest, HiSparse
-    also all-resident's largest (the same batch in both engines)."""
+    also all-resident's largest (the same batch in both engines). ``curve="largest"``:
+    the largest alone (large budgets, where each fill costs minutes)."""
+    if curve not in CURVES:
+        raise ValueError(f"curve must be one of {CURVES}, got {curve!r}")
+    if curve == "largest":
+        return [largest] if largest >= 1 else []
     want = {1, largest}
     want.add(max(1, largest // 2) if kind == "resident" else min(resident_largest, largest))
     return sorted(b for b in want if b >= 1)
@@ -72,8 +106,10 @@ def curve_batches(kind: str, largest: int, resident_largest: int) -> list[int]:
 
 class _Bench:
     def __init__(self, torch: Any, cupy: Any, model: Any, context: int, steps: int,
-                 warmup: int, drift: float, top_k: int) -> None:
+                 warmup: int, drift: float, top_k: int,
+                 prefill_chunk: int = PREFILL_CHUNK) -> None:
         self.torch, self.cupy, self.model = torch, cupy, model
+        self.prefill_chunk = prefill_chunk
         self.context, self.steps, self.warmup, self.drift = context, steps, warmup, drift
         self.max_new = warmup + steps + 16
         self.max_context = max_context_for(context, self.max_new)
@@ -95,9 +131,10 @@ class _Bench:
             pages = pages_needed(self.context, self.max_new, shape)
             eng, sched = hisparse_engine(
                 self.model, shape, gpu_blocks=pages + batch * (TAIL_PAGES + 1),
-                host_blocks=host_blocks if host_blocks is not None else batch * pages + 16,
+                host_blocks=(host_blocks if host_blocks is not None
+                             else host_blocks_for(batch, pages)),
                 graph=True, topk="given", stream=self.stream)
-        eng.prefill_chunk = PREFILL_CHUNK
+        eng.prefill_chunk = self.prefill_chunk
         return eng, sched
 
     def release(self) -> None:
@@ -129,7 +166,7 @@ class _Bench:
         torch, m = self.torch, self.model
         eng, sched = self.build(kind, batch, PROBE_HOST_BLOCKS)
         with torch.cuda.stream(eng.stream):
-            p = torch.arange(PREFILL_CHUNK, device=m.device)
+            p = torch.arange(self.prefill_chunk, device=m.device)
             m.prefill_rows(0, p % m.shape.vocab, p)
             m.prefill_keys(0, p % m.shape.vocab, p)
         eng.launch()
@@ -203,6 +240,7 @@ def run(
     steps: int = 20, warmup: int = 8, top_k: int = 2048, same_batch: bool = True,
     on_config: Callable[[dict[str, Any]], None] | None = None, attention: str = "fused",
     tiling: FusedTiling | None = None, scan_tiles: int | None = None,
+    host_gib: float | None = None, prefill_chunk: int = PREFILL_CHUNK, curve: str = "full",
 ) -> dict[str, Any]:
     from hisparse.executor.cuda.backend import load_cupy
 
@@ -216,7 +254,10 @@ def run(
         "warmup": warmup, "top_k": top_k, "configs": [], "attention": attention,
         "tiling": tiling.__dict__ if tiling is not None else "pick_tiling by the batch",
         "scan_tiles": scan_tiles if scan_tiles is not None else SCAN_TILES,
+        "host_gib": host_gib, "prefill_chunk": prefill_chunk, "curve": curve,
     }
+    if curve not in CURVES:
+        raise ValueError(f"curve must be one of {CURVES}, got {curve!r}")
     dev = torch.device("cuda:0")
     model: Any = None
     for context, sharing in [(c, sh) for c in contexts for sh in sharings]:
@@ -227,7 +268,7 @@ def run(
             torch.cuda.empty_cache()
             model = Model(ms, dev, attention=attention, tiling=tiling,
                           scan_tiles=scan_tiles)
-        b = _Bench(torch, cupy, model, context, steps, warmup, drift, top_k)
+        b = _Bench(torch, cupy, model, context, steps, warmup, drift, top_k, prefill_chunk)
         cfg: dict[str, Any] = {
             "sharing": sharing, "context": context, "index_leaders": ms.index_leaders,
             "weight_bytes": ms.weight_bytes(), "max_context": b.max_context,
@@ -251,10 +292,17 @@ def run(
             g = guess(ms, b.shape(1), context, budget_gib, kind)
             found = largest_fit(b.probe(kind), guess=g, limit=max(4 * g, g + 64))
             largest[kind] = found.batch
-            cfg["search"][kind] = {"guess": g, "largest": found.batch,
-                                   "probes": found.probes}
-            print(f"{sharing} ctx={context} {kind}: guess {g}, largest {found.batch} "
-                  f"({len(found.probes)} probes)", flush=True)
+            cfg["search"][kind] = {"guess": g, "largest": found.batch, "hbm_largest":
+                                   found.batch, "bound": "hbm", "probes": found.probes}
+            if kind == "hisparse" and host_gib is not None:
+                by_host = host_largest(ms, b.shape(1), context, b.max_new, host_gib)
+                cfg["search"][kind]["host_largest"] = by_host
+                if by_host < found.batch:
+                    largest[kind] = by_host
+                    cfg["search"][kind].update(largest=by_host, bound="host")
+            print(f"{sharing} ctx={context} {kind}: guess {g}, largest {largest[kind]} "
+                  f"(bound by {cfg['search'][kind]['bound']}; HBM alone {found.batch}, "
+                  f"{len(found.probes)} probes)", flush=True)
 
         def record(row: dict[str, Any], note: str = "", cfg: dict[str, Any] = cfg,
                    largest: dict[str, int] = largest, ms: ModelShape = ms) -> None:
@@ -268,7 +316,7 @@ def run(
                 on_config(doc)
 
         for kind in ("resident", "hisparse"):
-            for batch in curve_batches(kind, largest[kind], largest["resident"]):
+            for batch in curve_batches(kind, largest[kind], largest["resident"], curve):
                 for attempt in (batch, batch - 1):  # the probe's answer, then one below
                     row = b.try_measure(kind, attempt)
                     if row is not None:
@@ -304,7 +352,8 @@ def summarize(cfg: dict[str, Any], largest: dict[str, int], leaders: int) -> dic
     res = runs.get(("resident", largest["resident"]))
     hs = runs.get(("hisparse", largest["hisparse"]))
     out: dict[str, Any] = {"resident_largest": largest["resident"],
-                           "hisparse_largest": largest["hisparse"]}
+                           "hisparse_largest": largest["hisparse"],
+                           "hisparse_bound": cfg["search"].get("hisparse", {}).get("bound")}
     if res and hs:
         out.update(resident_tokens_per_s=res["tokens_per_s"],
                    hisparse_tokens_per_s=hs["tokens_per_s"],
@@ -312,7 +361,9 @@ def summarize(cfg: dict[str, Any], largest: dict[str, int], leaders: int) -> dic
                    hisparse_miss_rate=hs["miss_rate"])
         out["headline"] = (f"resident B={largest['resident']} {res['tokens_per_s']:.0f} tok/s,"
                            f" HiSparse B={largest['hisparse']} {hs['tokens_per_s']:.0f} "
-                           f"tok/s: {out['ratio']:.2f}x")
+                           f"tok/s: {out['ratio']:.2f}x"
+                           + (" (HiSparse bound by host memory)"
+                              if out["hisparse_bound"] == "host" else ""))
     else:
         out["headline"] = "no largest-batch pair measured"
     marginal = []
