@@ -39,3 +39,20 @@ def test_bench_churn_ack_shapes_are_parsed_and_bad_ones_refused() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["bench", "churn", "--requests", "10", "--acks", "both"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["engine-kernels", "--batches", "1,8,5000"], "at most 4096"),
+    (["engine-kernels", "--scan-batches", "9999"], "at most 4096"),
+    (["engine-kernels", "--positions", str((1 << 21) + 1)], "at most 2097152"),
+    (["equal-hbm", "--contexts", "131072,4194304"], "at most 2097152"),
+])
+def test_bench_sizes_beyond_their_bound_are_refused_at_parse_time(
+        argv: list[str], what: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A size no GPU holds is refused before anything is imported or allocated: exit 2,
+    one line naming the bound (not an out-of-memory error minutes later)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert what in err[-1]

@@ -172,7 +172,7 @@ def _equal_hbm_args(p: argparse.ArgumentParser) -> None:
                    help="HBM beyond the weights each engine gets (at 6 the engine that keeps "
                         "every row on the GPU holds about 7 requests of 128k at 8 layers)")
     p.add_argument("--layers", type=positive_int, default=8, help="decoder layers")
-    p.add_argument("--contexts", type=_ints, default=(131072, 32768),
+    p.add_argument("--contexts", type=_ints_upto(MAX_POSITIONS), default=(131072, 32768),
                    help="context lengths, comma-separated")
     p.add_argument("--sharing", type=_sharings, default=("v3.2", "glm-5.2"),
                    help="index sharings, comma-separated: v3.2 (every layer owns its "
@@ -212,7 +212,13 @@ def _tiling(text: str) -> Any:
     return FusedTiling(heads=vals[0], rows=vals[1], warps=vals[2], stages=vals[3])
 
 
-def _ints(text: str) -> tuple[int, ...]:
+MAX_ENTRIES = 4096
+"""Most entries one engine-kernels call times (a larger one only runs out of memory)."""
+MAX_POSITIONS = 1 << 21
+"""Most positions of a context (2M: beyond every model this engine has the geometry of)."""
+
+
+def _ints(text: str, most: int | None = None) -> tuple[int, ...]:
     try:
         out = tuple(int(x) for x in text.split(","))
     except ValueError:
@@ -220,7 +226,24 @@ def _ints(text: str) -> tuple[int, ...]:
                                          f"{text!r}") from None
     if not out or min(out) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    if most is not None and max(out) > most:
+        raise argparse.ArgumentTypeError(f"expected integers of at most {most}, got {text!r}")
     return out
+
+
+def _ints_upto(most: int) -> Callable[[str], tuple[int, ...]]:
+    """``_ints`` with an upper bound (the bound is in the error)."""
+    return lambda text: _ints(text, most)
+
+
+def _int_upto(most: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        n = positive_int(text)
+        if n > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}, got {n}")
+        return n
+
+    return parse
 
 
 def _sharings(text: str) -> tuple[str, ...]:
@@ -256,11 +279,11 @@ def _equal_hbm(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _engine_kernels_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batches", type=_ints, default=(1, 8, 32),
+    p.add_argument("--batches", type=_ints_upto(MAX_ENTRIES), default=(1, 8, 32),
                    help="entries per attention call, comma-separated")
-    p.add_argument("--scan-batches", type=_ints, default=(1, 8, 32),
+    p.add_argument("--scan-batches", type=_ints_upto(MAX_ENTRIES), default=(1, 8, 32),
                    help="entries per indexer scan, comma-separated")
-    p.add_argument("--positions", type=positive_int, default=132096,
+    p.add_argument("--positions", type=_int_upto(MAX_POSITIONS), default=132096,
                    help="positions each scan entry reads")
     p.add_argument("--reps", type=positive_int, default=20, help="timed calls per variant")
 
