@@ -67,6 +67,8 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/transport/loopback.py:112:reorder:2": "pure region lookup moved before a return",
     "hisparse/transport/loopback.py:124:reorder:4": "a pure reshape moved before a raise",
     "hisparse/transport/loopback.py:135:none:2": "a bound chunk's dests are never empty",
+    "hisparse/connectors/indexer_rows.py:49:arith:3": "a sign flipped: still every coordinate",
+    "hisparse/connectors/indexer_rows.py:50:arith:8": "a sign flipped: still every coordinate",
 }
 
 
