@@ -186,3 +186,21 @@ def test_an_exact_fit_with_evictable_hits_is_counted_once_per_block() -> None:
     assert g3.can_allocate(["a", "b", "c"], 2)
     assert g3.allocate(["a", "b", "c"], 2) == [0, 1, 2]
     assert g3.num_free == 0 and g3.evictions == 0
+
+
+def test_more_blocks_than_block_bytes_each_cached_then_evicted_once() -> None:
+    """Five blocks of two bytes: every block holds a row and an identity, every content
+    is a hit after its publish, and five new contents evict each cached block once."""
+    g = PrefixCachedGroup(5, 2)
+    assert g.data.shape == (5, 2)
+    old = ["a", "b", "c", "d", "e"]
+    blocks = g.allocate(old, 0)
+    assert blocks == [0, 1, 2, 3, 4]
+    for b, h in zip(blocks, old, strict=True):
+        g.publish(b, h)
+    assert g.hit(old) == 5
+    g.free(blocks)
+    assert g.num_free == 5 and g.evictions == 0
+    assert g.allocate(["v", "w", "x", "y", "z"], 0) == [0, 1, 2, 3, 4]  # least recently freed first
+    assert g.evictions == 5
+    assert all(g.hit([h]) == 0 for h in old)
