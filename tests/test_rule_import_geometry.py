@@ -19,7 +19,7 @@ count instead of the layers or the row bytes).
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hisparse.transport.errors import AnnouncementRefused
@@ -81,6 +81,7 @@ def test_an_announcement_by_another_agent_is_refused_naming_both() -> None:
     check_announcement(ann, REQ)
 
 
+@settings(deadline=None)  # CI runs on 2 busy cores: no per-example time limit
 @given(tokens=st.integers(1, 40), row_bytes=st.integers(1, 9), block=st.integers(1, 8),
        layers=st.integers(1, 4))
 def test_the_pages_valid_bytes_cover_every_tokens_row_in_every_layer_once(
