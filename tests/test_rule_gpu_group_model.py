@@ -137,34 +137,6 @@ def _free(g: PrefixCachedGroup, m: _Model, blocks: list[int]) -> None:
             m.freed_at[b] = m.clock
 
 
-# no deadline, no too_slow check: CI runs on 2 busy cores (nothing here is about time)
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(blocks=st.integers(1, 6), block_bytes=st.integers(1, 4), data=st.data())
-def test_the_group_agrees_with_its_model_over_any_sequence(
-    blocks: int, block_bytes: int, data: st.DataObject
-) -> None:
-    g = PrefixCachedGroup(blocks, block_bytes)
-    m = _Model(blocks)
-    live: list[list[int]] = []
-    _check_agrees(g, m, block_bytes)
-    for _ in range(data.draw(st.integers(1, 25), label="steps")):
-        held = sorted({b for a in live for b in a})
-        kinds = ["allocate"] + (["publish"] if held else []) + (["free"] if live else [])
-        kind = data.draw(st.sampled_from(kinds), label="kind")
-        if kind == "allocate":
-            hashes = data.draw(st.lists(st.sampled_from(HASHES), max_size=4, unique=True),
-                               label="hashes")
-            cached = m.hit(hashes)
-            hits = data.draw(st.integers(0, min(len(hashes), cached + 1)), label="hits")
-            _allocate(g, m, hashes, hits, live)
-        elif kind == "publish":
-            _publish(g, m, data.draw(st.sampled_from(held), label="block"),
-                     data.draw(st.sampled_from(HASHES), label="hash"))
-        else:
-            _free(g, m, live.pop(data.draw(st.integers(0, len(live) - 1), label="which")))
-        _check_agrees(g, m, block_bytes)
-
-
 def test_an_exact_fit_with_evictable_hits_is_counted_once_per_block() -> None:
     """Two cached blocks freed, then a request hitting both and needing one fresh page
     does not fit a pool of two (the hits are the only unreferenced blocks); with three
@@ -205,3 +177,32 @@ def test_more_blocks_than_block_bytes_each_cached_then_evicted_once() -> None:
     assert g.allocate(["v", "w", "x", "y", "z"], 0) == [0, 1, 2, 3, 4]  # least recently freed first
     assert g.evictions == 5
     assert all(g.hit([h]) == 0 for h in old)
+
+
+# last: ``-x`` stops a mutant run at the quick cases above before this one shrinks
+# no deadline, no too_slow check: CI runs on 2 busy cores (nothing here is about time)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks=st.integers(1, 6), block_bytes=st.integers(1, 4), data=st.data())
+def test_the_group_agrees_with_its_model_over_any_sequence(
+    blocks: int, block_bytes: int, data: st.DataObject
+) -> None:
+    g = PrefixCachedGroup(blocks, block_bytes)
+    m = _Model(blocks)
+    live: list[list[int]] = []
+    _check_agrees(g, m, block_bytes)
+    for _ in range(data.draw(st.integers(1, 25), label="steps")):
+        held = sorted({b for a in live for b in a})
+        kinds = ["allocate"] + (["publish"] if held else []) + (["free"] if live else [])
+        kind = data.draw(st.sampled_from(kinds), label="kind")
+        if kind == "allocate":
+            hashes = data.draw(st.lists(st.sampled_from(HASHES), max_size=4, unique=True),
+                               label="hashes")
+            cached = m.hit(hashes)
+            hits = data.draw(st.integers(0, min(len(hashes), cached + 1)), label="hits")
+            _allocate(g, m, hashes, hits, live)
+        elif kind == "publish":
+            _publish(g, m, data.draw(st.sampled_from(held), label="block"),
+                     data.draw(st.sampled_from(HASHES), label="hash"))
+        else:
+            _free(g, m, live.pop(data.draw(st.integers(0, len(live) - 1), label="which")))
+        _check_agrees(g, m, block_bytes)
