@@ -13,6 +13,9 @@ held the message kind), ``wire.py:32:raise:0``, ``wire.py:35:raise:1`` (the two
 uniqueness refusals deleted), ``gpu_group.py:90:raise:0`` (a double free accepted),
 ``indexer_rows.py:49:arith:2`` (``% 256`` → ``// 256``: neighbouring contents shared
 most key bytes, so a restore of the wrong block could pass its oracle check).
+From the second round: ``wire.py:71:raise:3`` (a MultiConnector message with two parts
+for one child accepted: the reader's ``{child: data}`` kept the last and dropped the
+other silently).
 """
 
 from __future__ import annotations
@@ -21,14 +24,20 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from hisparse.connectors.base import KVLayout, MalformedChildMessage, check_size, parse_child
 from hisparse.connectors.gpu_group import PrefixCachedGroup
 from hisparse.connectors.indexer_rows import SCALE_BYTES, IndexerLayout, oracle_block
-from hisparse.connectors.wire import BlockCopy, OffloadMetadata
+from hisparse.connectors.wire import (
+    MULTI_MESSAGE,
+    BlockCopy,
+    ChildBytes,
+    MultiMessage,
+    OffloadMetadata,
+)
 from hisparse.spec.messages import MAX_MESSAGE_BYTES
 
 
@@ -108,3 +117,19 @@ def test_the_indexer_oracle_changes_every_byte_with_the_content_or_the_layer(
         assert np.all((s0 >= 1.0) & (s0 < 2.6))
     for (k0, s0), (k1, s1) in pairwise(mine):
         assert np.all(k0 != k1) and np.all(s0 != s1)  # and its layer
+
+
+@settings(deadline=None)  # CI runs on 2 busy cores: no per-example time limit
+@given(names=st.lists(st.sampled_from(["hisparse", "offload", "x"]), max_size=5))
+def test_a_multi_message_holds_at_most_one_part_per_child(names: list[str]) -> None:
+    parts = tuple(ChildBytes(child=n, data=bytes([i])) for i, n in enumerate(names))
+    raw = b'{"parts":[' + b",".join(p.model_dump_json().encode() for p in parts) + b"]}"
+    if len(set(names)) == len(names):
+        msg = MultiMessage(parts=parts)
+        assert [p.child for p in msg.parts] == names
+        assert MULTI_MESSAGE.validate_json(raw) == msg
+        return
+    with pytest.raises(ValidationError, match="two parts for one child"):
+        MultiMessage(parts=parts)
+    with pytest.raises(ValidationError, match="two parts for one child"):
+        MULTI_MESSAGE.validate_json(raw)

@@ -8,12 +8,18 @@ From the guard survivors of the third guard-phase run (docs/mutation-survivors.m
 ``122:bool:1`` (``or`` → ``and``: a descriptor at address 0 on device 0, or at a real
 address on device -1, passed), ``33:var:9`` (``self.layers`` → ``self.num_tokens`` in
 the check: a request of 0 layers accepted).
+
+From the second round: ``95:raise:0`` (an announcement by another agent than the
+configured prefiller passed), ``122:int:2`` (``addr <= 0`` → ``<= 1``: address 1
+refused), ``52:raise:5`` (a page outside the request answered rows instead of
+``IndexError``), ``66:var:5``, ``66:var:12`` (``valid_bytes`` multiplied by the token
+count instead of the layers or the row bytes).
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hisparse.transport.errors import AnnouncementRefused
@@ -44,6 +50,8 @@ def _ann(addr: int, dev: int) -> Announcement:
 
 
 @given(addr=st.integers(-(2**40), 2**40), dev=st.integers(-4, 4))
+@example(addr=1, dev=0)  # the lowest positive address passes
+@example(addr=0, dev=0)
 def test_a_descriptor_needs_a_positive_address_and_a_device_of_at_least_zero(
     addr: int, dev: int
 ) -> None:
@@ -60,3 +68,36 @@ def test_each_half_of_the_descriptor_check_refuses_on_its_own(addr: int, dev: in
     with pytest.raises(AnnouncementRefused) as e:
         check_announcement(_ann(addr, dev), REQ)
     assert e.value.reason == "descriptor"
+
+
+def test_an_announcement_by_another_agent_is_refused_naming_both() -> None:
+    ann = _ann(8192, 0)
+    other = Announcement("q", ann.req_id, ann.num_tokens, ann.row_bytes, ann.block_size,
+                         ann.pages)
+    with pytest.raises(AnnouncementRefused,
+                       match="announced by 'q', configured prefiller is 'p'") as e:
+        check_announcement(other, REQ)
+    assert e.value.reason == "agent"
+    check_announcement(ann, REQ)
+
+
+@settings(deadline=None)  # CI runs on 2 busy cores: no per-example time limit
+@given(tokens=st.integers(1, 40), row_bytes=st.integers(1, 9), block=st.integers(1, 8),
+       layers=st.integers(1, 4))
+def test_the_pages_valid_bytes_cover_every_tokens_row_in_every_layer_once(
+    tokens: int, row_bytes: int, block: int, layers: int
+) -> None:
+    req = ImportRequest("r", tokens, row_bytes, block, "p", layers)
+    pages = range(req.num_pages)
+    assert (req.num_pages - 1) * block < tokens <= req.num_pages * block
+    for page in pages:
+        rows = req.valid_rows(page)
+        assert rows == (block if page < req.num_pages - 1 else tokens - page * block)
+        segs = req.segments(page)
+        assert segs == tuple((la * row_bytes * block, rows * row_bytes) for la in range(layers))
+        assert req.valid_bytes(page) == sum(n for _, n in segs) == rows * row_bytes * layers
+    assert sum(req.valid_bytes(p) for p in pages) == tokens * row_bytes * layers
+    for outside in (-1, req.num_pages, req.num_pages + 3):
+        for ask in (req.valid_rows, req.valid_bytes, req.segments):
+            with pytest.raises(IndexError, match=rf"page {outside} outside 0\.\."):
+                ask(outside)

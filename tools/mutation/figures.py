@@ -62,6 +62,13 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/transport/loopback.py:35:reorder:0": "attribute of an object whose __init__ raises",
     "hisparse/pdimport/sim.py:89:reorder:0": "attribute of an object whose __init__ raises",
     "hisparse/connectors/metrics.py:19:none:0": "a CollectorRegistry is always truthy",
+    # its second round: gpu_group, loopback, geometry, indexer_rows, wire
+    "hisparse/transport/loopback.py:92:none:0": "a LoopbackPrefiller is always truthy",
+    "hisparse/transport/loopback.py:112:reorder:2": "pure region lookup moved before a return",
+    "hisparse/transport/loopback.py:124:reorder:4": "a pure reshape moved before a raise",
+    "hisparse/transport/loopback.py:135:none:2": "a bound chunk's dests are never empty",
+    "hisparse/connectors/indexer_rows.py:49:arith:3": "a sign flipped: still every coordinate",
+    "hisparse/connectors/indexer_rows.py:50:arith:8": "a sign flipped: still every coordinate",
 }
 
 
