@@ -70,6 +70,9 @@ class Step:
     """Per rank: queued before its acks, queued after, completed IDs the acks report."""
 
 
+LIMIT = 1000  # plans: these shapes drain in a few hundred at most (one at a time, 10 x 16)
+
+
 @dataclass
 class Lockstep:
     sched: Scheduler
@@ -110,7 +113,9 @@ def _spy(sched: Scheduler, calls: list[tuple[Any, ...]]) -> None:
 def lockstep(o: TpOptions, executor: Callable[[int], ReferenceExecutor] = lambda r: ReferenceExecutor(),
              fault: Callable[[RankSide], None] | None = None) -> Lockstep:
     """``run_rank``'s loop for every rank in this thread (private reference backing):
-    plan, front, commands, decode, acks, consume; ``fault`` is applied to rank 1."""
+    plan, front, commands, decode, acks, consume; ``fault`` is applied to rank 1. Its
+    limit on plans is not ``run_rank``'s ``steps * 4 + 64`` (a bound that one request at
+    a time cannot meet; tested below) but one no drain of these shapes comes near."""
     config = o.config()
     sched = Scheduler(o, config)
     calls: list[tuple[Any, ...]] = []
@@ -121,7 +126,7 @@ def lockstep(o: TpOptions, executor: Callable[[int], ReferenceExecutor] = lambda
         fault(sides[1])
     c = sched.coordinator
     steps: list[Step] = []
-    for t in range(o.steps * 4 + 64):
+    for t in range(LIMIT):
         calls.clear()
         spills = c.spills
         plan = json.loads(json.dumps(sched.plan(t)))
@@ -190,7 +195,7 @@ def test_the_named_shapes_reach_the_states_the_rules_speak_of() -> None:
                for s in gaps.steps)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(OPTIONS)
 @example(BOUND)
 @example(REFUSED)
@@ -219,7 +224,7 @@ def test_each_request_decodes_exactly_its_steps_then_finishes(o: TpOptions) -> N
     assert set(ended) == set(want)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(OPTIONS)
 @example(BOUND)
 @example(REFUSED)
@@ -249,7 +254,7 @@ def test_admission_is_first_come_under_the_bound_and_a_refusal_reclaims_the_shor
     assert admitted_so_far == order[: len(admitted_so_far)] and set(admitted_so_far) == set(order)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(OPTIONS)
 @example(BOUND)
 @example(GAPS)
@@ -265,7 +270,7 @@ def test_every_spill_a_plan_starts_is_among_its_commands(o: TpOptions) -> None:
     assert len(seen) == run.sched.coordinator.spills
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(OPTIONS)
 @example(GAPS)
 @example(BOUND)
@@ -281,7 +286,7 @@ def test_the_run_drains_and_is_done_only_once_every_arrival_is_retired(o: TpOpti
     assert last.retired == len(every) and last.open_spills == 0
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(OPTIONS)
 @example(BOUND)
 def test_a_ranks_acks_report_every_copy_landed_that_step(o: TpOptions) -> None:
