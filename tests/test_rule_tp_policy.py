@@ -178,15 +178,15 @@ OPTIONS = st.builds(
     layers=st.integers(1, 3),
 )
 # shapes that reach what the rules speak of: the concurrency bound with blocks to spare,
-# refusals for want of blocks, idle gaps between arrivals, and no aborts at all
+# refusals for want of blocks, idle gaps between arrivals (the first two with no aborts)
 BOUND = _options(1, 10, 20, 3, 64, 2.0, 0.5, 0.0, 2)
 REFUSED = _options(2, 10, 20, 4, 10, 2.0, 0.0, 0.0, 3)
 GAPS = _options(3, 8, 30, 2, 24, 0.15, 0.5, 0.05, 2)
 
 
 def test_the_named_shapes_reach_the_states_the_rules_speak_of() -> None:
-    """So the examples below are not vacuous: the bound binds, admissions are refused,
-    the run idles between arrivals, and no request is aborted without an abort rate."""
+    """So the examples below are not vacuous: the bound binds while requests wait,
+    admissions are refused, and the run idles between arrivals."""
     bound = _run(BOUND)
     assert any(len(s.running) == BOUND.concurrency and s.pending for s in bound.steps)
     refused = _run(REFUSED)
