@@ -17,7 +17,7 @@ options, the two ranks' ``RankSide`` driven in this thread as ``run_rank`` drive
 Plus what the options give the config, and the harness self-checks with an injected
 fault: a rank whose counters or bytes differ from its oracle's counts every row, rank 0
 counts every step whose digests differ, and a run that never drains fails after exactly
-``steps * 4 + 64`` plans.
+``plan_limit`` plans (derived from the workload: a serial one drains too).
 
 From the second round of guard survivors of the third guard-phase run
 (docs/mutation-survivors.md, "Second round resolved: tp/run.py"): kills ``86:var:17``,
@@ -114,8 +114,8 @@ def lockstep(o: TpOptions, executor: Callable[[int], ReferenceExecutor] = lambda
              fault: Callable[[RankSide], None] | None = None) -> Lockstep:
     """``run_rank``'s loop for every rank in this thread (private reference backing):
     plan, front, commands, decode, acks, consume; ``fault`` is applied to rank 1. Its
-    limit on plans is not ``run_rank``'s ``steps * 4 + 64`` (a bound that one request at
-    a time cannot meet; tested below) but one no drain of these shapes comes near."""
+    limit on plans is a fixed one no drain of these shapes comes near (``run_rank``'s own,
+    ``plan_limit``, is tested below)."""
     config = o.config()
     sched = Scheduler(o, config)
     calls: list[tuple[Any, ...]] = []
@@ -422,8 +422,8 @@ def test_rank_0_counts_every_step_whose_digests_differ(monkeypatch: pytest.Monke
 
 
 def test_a_run_that_never_drains_fails_after_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A scheduler that never says done: every rank takes exactly ``steps * 4 + 64``
-    plans, then fails, rather than run on or stop early."""
+    """A scheduler that never says done: every rank takes exactly ``plan_limit`` plans,
+    then fails, rather than run on or stop early."""
 
     class Never(Scheduler):
         def plan(self, t: int) -> dict[str, Any]:
@@ -434,7 +434,20 @@ def test_a_run_that_never_drains_fails_after_its_bound(monkeypatch: pytest.Monke
     reports, errors, counts = _threads(o)
     assert not reports and sorted(errors) == [0, 1]
     assert all(isinstance(e, TpRunFailed) and "did not drain" in str(e) for e in errors.values())
-    assert counts == [o.steps * 4 + 64] * 2
+    assert counts == [tprun.plan_limit(o, tprun.workload(o))] * 2
+
+
+def test_a_serial_run_drains_within_its_bound() -> None:
+    """One request at a time in a small GPU pool takes many more plans than steps (89
+    here, against a bound of 4 x steps + 64 = 84 before the bound followed the
+    workload): it drains, every request retired."""
+    o = TpOptions(executor="reference", requests=6, steps=5, concurrency=1, gpu_blocks=10,
+                  arrival_rate=0.15)
+    reports, errors, counts = _threads(o)
+    assert not errors, errors
+    assert reports[0]["coordinator"]["retired"] == o.requests
+    assert counts[0] == counts[1] == reports[0]["steps"] + 1 > o.steps * 4 + 64
+    assert counts[0] <= tprun.plan_limit(o, tprun.workload(o))
 
 
 def test_a_short_run_drains_within_its_bound() -> None:

@@ -95,6 +95,23 @@ class TpOptions:
         return self.layers * self.host_blocks * self.block_tokens * self.row_bytes
 
 
+def workload(o: TpOptions) -> list[Arrival]:
+    """The run's arrivals (every rank can compute them: the seed fixes them)."""
+    shape = SyntheticShape(o.requests, o.arrival_rate, o.min_pages, o.max_pages,
+                           o.prefixes, o.prefix_pages, 4, 16)
+    return synthetic(shape, o.seed)
+
+
+def plan_limit(o: TpOptions, arrivals: list[Arrival]) -> int:
+    """The most plans a run of ``arrivals`` takes before a rank calls it stuck: every
+    arrival is in by step ``o.steps``; then, even one request at a time, a request
+    needs its decode steps, its admission and release, and at most one refused
+    admission per page it must free (each refusal reclaims the shortfall), plus the
+    drain. A fixed multiple of ``o.steps`` is not enough for a long serial workload."""
+    per = sum(a.decode_steps + len(a.page_keys) + 4 for a in arrivals)
+    return o.steps + per + 64
+
+
 class TpRunFailed(Exception):
     """A rank failed (a broken invariant, a refused command, a rule not enforced): the
     message carries its traceback. Wrong bytes are counted in the reports instead."""
@@ -113,9 +130,7 @@ class Scheduler:
         self.coordinator = HiSparseCoordinator(config, self.kv, gpu_blocks=o.gpu_blocks,
                                                check=True, record=bool(o.trace))
         self.sched = HiSparseConnector(KVConnectorRole.SCHEDULER, coordinator=self.coordinator)
-        shape = SyntheticShape(o.requests, o.arrival_rate, o.min_pages, o.max_pages,
-                               o.prefixes, o.prefix_pages, 4, 16)
-        self.arrivals: list[Arrival] = synthetic(shape, o.seed)
+        self.arrivals: list[Arrival] = workload(o)
         self.keys: dict[str, int] = {}
         self.pages: dict[str, list[int]] = {}
         self.pending: list[str] = []
@@ -484,7 +499,7 @@ def run_rank(o: TpOptions, group: Group) -> dict[str, Any]:
     rep = RankReport(group.rank, o.backing, role)
     side = RankSide(o, config, executor, rep)
     wall = time.perf_counter()
-    for t in range(o.steps * 4 + 64):
+    for t in range(plan_limit(o, sched.arrivals if sched else workload(o))):
         raw = group.broadcast(json.dumps(sched.plan(t)).encode() if sched else None)
         plan = json.loads(raw)
         if plan["done"]:
