@@ -23,6 +23,7 @@ from hisparse.bench.equalhbm import (
     host_largest,
     host_pool_bytes,
     max_context_for,
+    measure_attempts,
 )
 from hisparse.engine.config import EngineConfigError, EngineShape, ModelShape
 from hisparse.engine.geometry import V32_MLP_ACTIVE, leaders, v32_model
@@ -79,6 +80,10 @@ def test_capacity_guess_and_curve() -> None:
     assert curve_batches("hisparse", 0, 51, "largest") == []
     with pytest.raises(ValueError, match="curve"):
         curve_batches("resident", 7, 7, "some")
+    assert measure_attempts(196) == [196, 195, 193, 189]
+    assert measure_attempts(49) == [49, 48, 47, 46]
+    assert measure_attempts(2) == [2, 1]
+    assert measure_attempts(1) == [1]
 
 
 @pytest.mark.parametrize("ctx", [32768, 131072])

@@ -90,6 +90,13 @@ def host_largest(model: ModelShape, shape: EngineShape, context: int, max_new: i
     return max(0, (int(host_gib * GIB) - extra) // per)
 
 
+def measure_attempts(batch: int) -> list[int]:
+    """Batches a measured run tries, largest first: the probe's answer, one below, then
+    2% and 4% below (a fill's temporaries can need a little more than a probe's)."""
+    out = [batch, batch - 1, batch - max(2, batch // 50), batch - max(3, batch // 25)]
+    return sorted({b for b in out if b >= 1}, reverse=True)
+
+
 def curve_batches(kind: str, largest: int, resident_largest: int, curve: str = "full"
                   ) -> list[int]:
     """Batches to time: 1 and the largest; all-resident also half its largest, HiSparse
@@ -317,18 +324,20 @@ def run(
 
         for kind in ("resident", "hisparse"):
             for batch in curve_batches(kind, largest[kind], largest["resident"], curve):
-                for attempt in (batch, batch - 1):  # the probe's answer, then one below
+                was_largest = batch == largest[kind]
+                for attempt in measure_attempts(batch):
                     row = b.try_measure(kind, attempt)
                     if row is not None:
+                        if was_largest:  # the largest batch a measured run held
+                            largest[kind] = attempt
                         record(row)
                         break
                     cfg["measure_oom"].append({"engine": kind, "batch": attempt})
                     print(f"  {kind} B={attempt}: out of memory in the measured run",
                           flush=True)
-                    if attempt == largest[kind]:
-                        largest[kind] = attempt - 1
-                    if attempt <= 1:
-                        break
+                else:
+                    if was_largest:
+                        largest[kind] = 0  # none measured: no ratio is claimed
         del ballast
         b.release()
         if same_batch:  # all-resident at HiSparse's largest batch, budget lifted
