@@ -85,7 +85,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/docs.py": _t("test_trace_format"),
     # the TP merge
     "hisparse/tp/group.py": _t("test_tp", "test_rule_tp_group"),
-    "hisparse/tp/launch.py": _t("test_tp"),
+    "hisparse/tp/launch.py": _t("test_tp", "test_rule_tp_launch"),
     "hisparse/tp/run.py": _t("test_tp", "test_coordinator_tp", "test_rule_tp_run"),
     # trace admission and the trace encoding for TLC (their guards model-check)
     "hisparse/tracecheck/admit.py": _t("test_trace_admission", tlc=True),
@@ -147,7 +147,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/sizing/toy.py": _t("test_sizing", "test_cli"),
     # the P/D import transport (loopback and NIXL between processes)
     "hisparse/transport/base.py": _t("test_transport", "test_rule_transport_refusals"),
-    "hisparse/transport/errors.py": _t("test_transport"),
+    "hisparse/transport/errors.py": _t("test_rule_transport_errors", "test_transport"),
     # (a rule test first where test_transport is slow: -x stops at the first failure)
     "hisparse/transport/geometry.py": _t("test_rule_import_geometry", "test_transport"),
     "hisparse/transport/loopback.py": _t("test_rule_loopback_edges", "test_transport"),
@@ -169,10 +169,11 @@ TARGETS: dict[str, Guard] = {
     "spec/suffix_variants.py": _t("test_suffix_rule", "test_tlc_check"),
     "hisparse/connectors/base.py": _t("test_multi_connector", "test_offloading",
                                       "test_rule_connector_edges"),
-    "hisparse/connectors/config.py": _t("test_multi_connector"),
+    "hisparse/connectors/config.py": _t("test_multi_connector", "test_rule_connector_config"),
     "hisparse/connectors/gpu_group.py": _t("test_offloading", "test_indexer_sim",
                                            "test_rule_connector_edges"),
-    "hisparse/connectors/hisparse_child.py": _t("test_multi_connector", "test_indexer_sim"),
+    "hisparse/connectors/hisparse_child.py": _t("test_multi_connector", "test_indexer_sim",
+                                              "test_rule_hisparse_child"),
     "hisparse/connectors/indexer_rows.py": _t("test_offloading", "test_indexer_sim",
                                               "test_rule_connector_edges"),
     "hisparse/connectors/metrics.py": _t("test_multi_connector", "test_metrics"),
