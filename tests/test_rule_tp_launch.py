@@ -70,31 +70,60 @@ def _threaded(o: TpOptions) -> list[dict[str, Any]]:
 # -- a stand-in multiprocessing context: processes are threads ------------------------------
 
 
+def _dup(c: Connection) -> Connection:
+    """The child's own copy of a pipe end, as spawning a process gives it one."""
+    return Connection(os.dup(c.fileno()), readable=c.readable, writable=c.writable)
+
+
 class ThreadProcess:
-    """A process of the stand-in context: runs ``target`` in a thread; when it ends, its
-    result pipe (the last argument) is closed, as a process's exit closes it. A process
-    created ``dead`` runs nothing: it closes the pipe with exit code -9."""
+    """A process of the stand-in context, run as a thread. As a spawned process does, it
+    gets its own copies of the pipe ends it is handed (the parent's stay open until the
+    parent closes them) and keeps no reference to the parent's; its copies close when it
+    ends, as a process's exit closes them. A process created ``dead`` runs nothing: it
+    exits at once with code -9."""
 
     def __init__(self, ctx: ThreadContext, target: Callable[..., None], args: tuple[Any, ...],
                  daemon: bool) -> None:
-        self.ctx, self.target, self.args, self.daemon = ctx, target, args, daemon
+        self.ctx, self.target, self.daemon = ctx, target, daemon
+        self._args: tuple[Any, ...] | None = args
         self.rank: int = args[0]
         self.exitcode: int | None = None
         self.joins: list[float | None] = []
         self.terminated = False
         self.started = False
+        self._own: list[Connection] = []
+        self._reaped = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
 
-    def _main(self) -> None:
-        if self.rank in self.ctx.dead:
-            self.exitcode = -9
-        else:
-            self.target(*self.args)
-            self.exitcode = 0
-        self.args[-1].close()
+    def _copy(self, x: Any) -> Any:
+        if isinstance(x, Connection):
+            d = _dup(x)
+            self._own.append(d)
+            return d
+        if isinstance(x, list):
+            return [self._copy(y) for y in x]
+        return x
+
+    def _main(self, args: tuple[Any, ...]) -> None:
+        code = -9
+        try:
+            if self.rank not in self.ctx.dead:
+                self.target(*args)
+                code = 0
+        finally:
+            for c in self._own:
+                c.close()
+        # a process's pipes close as it exits, before the parent can reap it: here its
+        # exit code is known only once the parent joins it (the race at its widest)
+        self._reaped.wait(30)
+        self.exitcode = code
 
     def start(self) -> None:
+        assert self._args is not None
         self.started = True
+        args = tuple(self._copy(a) for a in self._args)
+        self._args = None  # (multiprocessing drops the process's arguments at start too)
+        self._thread = threading.Thread(target=self._main, args=(args,), daemon=True)
         self._thread.start()
 
     def is_alive(self) -> bool:
@@ -102,6 +131,7 @@ class ThreadProcess:
 
     def join(self, timeout: float | None = None) -> None:
         self.joins.append(timeout)
+        self._reaped.set()
         # (a join without a limit on a process never stopped would wait forever: bounded
         # here, so that such a run fails the test instead of hanging it)
         self._thread.join(10.0 if timeout is None else timeout)
@@ -279,13 +309,41 @@ def test_a_rank_that_raises_fails_the_run_with_its_traceback(
     assert text.rstrip().endswith("RuntimeError: boom on rank 1")
 
 
+@pytest.mark.parametrize("dead", [0, 1, 2])
 def test_a_rank_that_dies_without_a_word_fails_the_run_with_its_exit_code(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, dead: int
 ) -> None:
-    _stand_ins(monkeypatch, _report, dead=frozenset({2}))
+    """Whichever rank it is: the parent holds no copy of a child's result pipe once the
+    child runs, so the child's death reaches it at once (the last rank's included), and
+    the parent reaps it before it reads the exit code."""
+    _stand_ins(monkeypatch, _report, dead=frozenset({dead}))
     with pytest.raises(TpRunFailed) as err:
         launch(replace(SMALL, ranks=3), timeout_s=30)
-    assert str(err.value) == "rank 2 died (exit code -9)"
+    assert str(err.value) == f"rank {dead} died (exit code -9)"
+
+
+def test_a_dead_ranks_partner_is_not_left_waiting_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 dies; rank 0, exchanging with it, sees its pipe's end (the parent holds no
+    copy of the star's pipes once the ranks run) instead of waiting forever."""
+    seen: dict[int, BaseException] = {}
+    ended = threading.Event()
+
+    def body(o: TpOptions, group: Group) -> dict[str, Any]:
+        try:
+            return _exchange(o, group)
+        except BaseException as e:
+            seen[group.rank] = e
+            raise
+        finally:
+            ended.set()
+
+    _stand_ins(monkeypatch, body, dead=frozenset({1}))
+    with pytest.raises(TpRunFailed):
+        launch(SMALL, timeout_s=30)
+    assert ended.wait(30)  # (only a rank stuck forever reaches the bound)
+    # rank 0's broadcast finds the pipe closed, or (sent before rank 1 was gone) its
+    # gather reads the end of it
+    assert isinstance(seen[0], (BrokenPipeError, ConnectionResetError, EOFError))
 
 
 def test_silent_ranks_fail_the_run_and_are_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
