@@ -151,8 +151,8 @@ TARGETS: dict[str, Guard] = {
     # (a rule test first where test_transport is slow: -x stops at the first failure)
     "hisparse/transport/geometry.py": _t("test_rule_import_geometry", "test_transport"),
     "hisparse/transport/loopback.py": _t("test_rule_loopback_edges", "test_transport"),
-    "hisparse/transport/nixl.py": _t("test_transport"),
-    "hisparse/transport/nixlpeer.py": _t("test_transport"),
+    "hisparse/transport/nixl.py": _t("test_rule_nixl_edges", "test_transport"),
+    "hisparse/transport/nixlpeer.py": _t("test_rule_nixl_edges", "test_transport"),
     "hisparse/transport/staging.py": _t("test_transport", "test_rule_staging_edges"),
     "hisparse/bench/nixl.py": _t("test_bench_cli", "test_transport"),
     "hisparse/transport/arena.py": _t("test_rule_arena_edges", "test_transport",
