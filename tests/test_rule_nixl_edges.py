@@ -258,3 +258,12 @@ def test_a_prefiller_that_dies_starting_up_is_a_transport_error(
         NixlPrefiller(name, np.zeros((2, PAGE), np.uint8))
     assert str(err.value) == f"prefiller {name!r} died starting up"
     assert isinstance(err.value.__cause__, (EOFError, OSError))
+
+
+def test_a_dropped_request_gives_its_rows_back(rig: Rig) -> None:
+    peer = rig.prefiller(np.zeros((4, PAGE), np.uint8))
+    peer.put("r", _pages(3, 7))
+    peer.drop("r")
+    assert peer.arena.held == {}
+    peer.put("s", _pages(4, 8))  # every row is free again
+    assert sorted(peer.arena.held["s"]) == [0, 1, 2, 3]
