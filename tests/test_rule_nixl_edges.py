@@ -15,6 +15,7 @@ From the guard survivors of the first mutation run of the file (docs/mutation-su
 from __future__ import annotations
 
 import itertools
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +73,14 @@ class Recording:
         if id(handle) in self.err_check:
             return "ERR"
         return str(self._agent.check_xfer_state(handle))
+
+    def register_memory(self, *args: Any) -> Any:
+        self.log.append("register")
+        return self._agent.register_memory(*args)
+
+    def deregister_memory(self, reg: Any) -> Any:
+        self.log.append("deregister")
+        return self._agent.deregister_memory(reg)
 
     def remove_remote_agent(self, name: str) -> Any:
         self.log.append(f"remove {name}")
@@ -197,6 +206,97 @@ def test_metadata_of_another_agent_never_drops_a_connected_prefiller(rig: Rig) -
     h = rig.tr.wait(rig.tr.begin(req, a.announce("r", BLOCK, ROW, BLOCK), leases))
     assert h.error is None and h.done
     rig.tr.finish(h)
+    rig.pool.release(leases)
+
+
+class _SaysDevice:
+    """Host bytes that present themselves as device memory of GPU 0: what ``register``
+    reads of a CuPy array (dtype, flags, size, ``__cuda_array_interface__``, device)."""
+
+    def __init__(self, host: np.ndarray) -> None:
+        self.host = host
+        self.dtype, self.flags, self.nbytes = host.dtype, host.flags, host.nbytes
+        self.device = types.SimpleNamespace(id=0)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"data": (int(self.host.ctypes.data), False), "shape": self.host.shape,
+                "typestr": "|u1", "version": 3}
+
+
+def test_registrations_are_counted_and_the_options_kept(rig: Rig) -> None:
+    from hisparse.transport.nixl import NixlTransport
+
+    assert rig.tr.registrations == 1  # the staging buffer
+    blocks = np.zeros((2, PAGE), np.uint8)
+    rig.tr.register(blocks)
+    rig.tr.register(blocks)  # registered once
+    assert rig.tr.registrations == 2
+    rig.log.clear()
+    rig.tr.deregister_all()
+    assert rig.tr.registrations == 1 and rig.log == ["deregister"]  # NIXL lets it go too
+    other = NixlTransport(StagingPool(2 * PAGE, 2, PAGE), _unique("decoder"), chunk_pages=2,
+                          window=3)
+    try:
+        assert (other.chunk_pages, other.window) == (2, 3)
+    finally:
+        other.close()
+    assert other.registrations == 0
+
+
+def test_a_closed_transport_refuses_block_memory(rig: Rig) -> None:
+    rig.tr.agent = rig.agent._agent
+    rig.tr.close()
+    with pytest.raises(TransportError) as err:
+        rig.tr.register(np.zeros((2, PAGE), np.uint8))
+    assert str(err.value) == "the NIXL transport is closed"
+    assert rig.tr.registrations == 0 and not rig.tr.regions
+
+
+def test_device_block_memory_beside_a_host_pool_is_refused_unregistered(rig: Rig) -> None:
+    buf = _SaysDevice(np.zeros((2, PAGE), np.uint8))
+    rig.log.clear()
+    with pytest.raises(TransportError) as err:
+        rig.tr.register(buf)
+    assert str(err.value) == (
+        "block memory is VRAM but the staging pool is DRAM: a READ's local descriptors "
+        "share one memory type (use the executor's staging pool)")
+    assert rig.log == [] and rig.tr.registrations == 1 and not rig.tr.regions
+
+
+def test_unreadable_metadata_is_refused_as_such(rig: Rig) -> None:
+    with pytest.raises(AnnouncementRefused) as err:
+        rig.tr.connect(b"not an agent's metadata", "prefiller")
+    assert err.value.reason == "agent"
+    assert str(err.value).startswith("announcement refused (agent): unreadable agent metadata: ")
+    assert not rig.tr.remotes
+
+
+def test_an_import_from_an_agent_not_connected_is_refused_as_such(rig: Rig) -> None:
+    peer = rig.prefiller(_pages(1, 9))  # never connected
+    req = ImportRequest("r", BLOCK, ROW, BLOCK, peer.name)
+    leases = rig.pool.lease("r", 1)
+    with pytest.raises(AnnouncementRefused) as err:
+        rig.tr.begin(req, peer.announce("r", BLOCK, ROW, BLOCK), leases)
+    assert err.value.reason == "agent"
+    assert str(err.value) == f"announcement refused (agent): {peer.name!r} is not connected"
+    assert not rig.tr.live and rig.tr.xfers == 0
+    rig.pool.release(leases)
+
+
+def test_close_finishes_the_imports_still_held(rig: Rig) -> None:
+    """An ended import not yet finished: ``close`` finishes it (its transfer handles
+    released) before it drops the agents and registrations."""
+    peer = rig.prefiller(_pages(2, 10))
+    rig.tr.connect(peer.metadata, peer.name)
+    req = ImportRequest("r", 2 * BLOCK, ROW, BLOCK, peer.name)
+    leases = rig.pool.lease("r", 2)
+    h = rig.tr.wait(rig.tr.begin(req, peer.announce("r", req.num_tokens, ROW, BLOCK), leases))
+    assert h.done and rig.tr.live and rig.tr.xfers > 0
+    rig.log.clear()
+    rig.tr.close()
+    assert not rig.tr.live and rig.tr.xfers == 0 and rig.tr.registrations == 0
+    assert rig.log == [f"remove {peer.name}", "deregister"]  # the agent, then the staging buffer
     rig.pool.release(leases)
 
 
