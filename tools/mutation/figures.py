@@ -79,6 +79,12 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/transport/nixl.py:90:none:1": "a nixlRegDList is always truthy",
     "hisparse/transport/nixl.py:103:none:2": "a nixlRegDList is always truthy",
     "hisparse/transport/nixl.py:147:none:5": "a nixl_xfer_handle is always truthy",
+    # (the second nixl.py run, docs/mutation-run4c/nixl2.json)
+    "hisparse/transport/nixl.py:80:none:0": "a nixlRegDList is always truthy",
+    "hisparse/transport/nixl.py:87:none:4": "a nixlRegDList is always truthy",
+    "hisparse/transport/nixl.py:107:none:3": "a nixlRegDList is always truthy",
+    "hisparse/transport/nixl.py:92:reorder:1": "memory_kind only reads the buffer: pure",
+    "hisparse/transport/nixl.py:147:none:6": "a chunk's destinations are None or non-empty",
 }
 
 
