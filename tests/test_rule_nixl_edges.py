@@ -61,18 +61,25 @@ class Recording:
         self.log = log
         self.err_post: set[int] = set()
         self.err_check: set[int] = set()
+        self.raise_check: set[int] = set()
 
     def transfer(self, handle: Any, notif_msg: bytes = b"") -> str:
         self.log.append("transfer")
         if id(handle) in self.err_post:
             return "ERR"
         state = str(self._agent.transfer(handle, notif_msg))
-        return "PROC" if id(handle) in self.err_check else state
+        return "PROC" if id(handle) in self.err_check | self.raise_check else state
 
     def check_xfer_state(self, handle: Any) -> str:
         if id(handle) in self.err_check:
             return "ERR"
+        if id(handle) in self.raise_check:
+            raise RuntimeError("the bindings' own error")
         return str(self._agent.check_xfer_state(handle))
+
+    def release_xfer_handle(self, handle: Any) -> Any:
+        self.log.append("release")
+        return self._agent.release_xfer_handle(handle)
 
     def register_memory(self, *args: Any) -> Any:
         self.log.append("register")
@@ -151,7 +158,9 @@ def test_the_pool_is_fenced_before_every_read_posted(rig: Rig) -> None:
     assert h.error is None and h.done
     assert rig.log == ["fence", "transfer"] * 3  # one chunk of one page at a time
     assert np.array_equal(np.stack([rig.pool.view(ls.slot) for ls in leases]), pages)
+    rig.log.clear()
     rig.tr.finish(h)
+    assert rig.log == ["release"] * 3 and rig.tr.xfers == 0  # each READ's handle, to NIXL
     rig.pool.release(leases)
 
 
@@ -171,6 +180,22 @@ def test_an_err_state_fails_that_chunk_with_its_message(rig: Rig, where: str) ->
     rig.tr.finish(h)
     rig.pool.release(leases)
     assert rig.tr.xfers == 0
+
+
+def test_a_check_nixl_refuses_fails_that_chunk_with_its_message(rig: Rig) -> None:
+    peer = rig.prefiller(_pages(2, 11))
+    rig.tr.connect(peer.metadata, peer.name)
+    req = ImportRequest("a", 2 * BLOCK, ROW, BLOCK, peer.name)
+    leases = rig.pool.lease("a", 2)
+    h = rig.tr.begin(req, peer.announce("a", req.num_tokens, ROW, BLOCK), leases)
+    rig.agent.raise_check.add(id(h.tokens[0]))
+    rig.tr.wait(h)
+    assert isinstance(h.error, ImportFailed)
+    assert str(h.error) == ("import of request 'a' failed at chunk 0: "
+                            "NIXL: the bindings' own error")
+    assert h.states[0] is ChunkState.FAILED
+    rig.tr.finish(h)
+    rig.pool.release(leases)
 
 
 def test_a_closed_transport_refuses_an_import_as_closed(rig: Rig) -> None:
@@ -296,7 +321,8 @@ def test_close_finishes_the_imports_still_held(rig: Rig) -> None:
     rig.log.clear()
     rig.tr.close()
     assert not rig.tr.live and rig.tr.xfers == 0 and rig.tr.registrations == 0
-    assert rig.log == [f"remove {peer.name}", "deregister"]  # the agent, then the staging buffer
+    # its two READ handles, the agent, then the staging buffer
+    assert rig.log == ["release", "release", f"remove {peer.name}", "deregister"]
     rig.pool.release(leases)
 
 
