@@ -62,6 +62,11 @@ def launch(o: TpOptions, transport: str = "pipe", timeout_s: float = 600.0) -> l
         p = ctx.Process(target=_child, args=(r, o, transport, init, star[r], send), daemon=True)
         p.start()
         procs.append(p)
+        # the child has its own copies now: with the parent's closed, a child's death
+        # ends its pipes (its result pipe here, its star pipes at its partners)
+        send.close()
+        for c in star[r]:
+            c.close()
     reports: dict[int, dict[str, Any]] = {}
     error: str | None = None
     try:
@@ -75,7 +80,8 @@ def launch(o: TpOptions, transport: str = "pipe", timeout_s: float = 600.0) -> l
                 if conn in ready:
                     try:
                         msg = conn.recv()
-                    except EOFError:
+                    except EOFError:  # its pipe ended with it: reap it for the exit code
+                        procs[r].join(timeout=5)
                         msg = {"error": f"rank {r} died (exit code {procs[r].exitcode})"}
                     del waiting[r]
                     if "error" in msg:

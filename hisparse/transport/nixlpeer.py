@@ -68,13 +68,13 @@ class NixlPrefiller:
         self.process = ctx.Process(target=_serve, args=(name, child), daemon=True)
         self.process.start()
         child.close()
-        self._conn.send(pages)
-        if not self._conn.poll(READY_TIMEOUT_S):
-            self.kill()
-            raise TransportError(f"prefiller {name!r} did not come up")
         try:
+            self._conn.send(pages)
+            if not self._conn.poll(READY_TIMEOUT_S):
+                self.kill()
+                raise TransportError(f"prefiller {name!r} did not come up")
             self.metadata, self.base, self.stride, self.num_pages = self._conn.recv()
-        except EOFError as exc:
+        except (EOFError, OSError) as exc:  # (a child gone before it read the pages: a reset)
             self.kill()
             raise TransportError(f"prefiller {name!r} died starting up") from exc
 

@@ -79,6 +79,29 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/transport/loopback.py:135:none:2": "a bound chunk's dests are never empty",
     "hisparse/connectors/indexer_rows.py:49:arith:3": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:8": "a sign flipped: still every coordinate",
+    # the files run for the first time (docs/mutation-run4c/)
+    "hisparse/tp/launch.py:50:reorder:0": "get_context moved before an if it does not touch",
+    "hisparse/tp/launch.py:73:loop:0": "error was just set: continue ends the loop too",
+    "hisparse/tp/launch.py:69:none:1": "error is None or a non-empty message",
+    "hisparse/tp/launch.py:87:none:2": "error is None or a non-empty message",
+    "hisparse/tp/launch.py:91:none:0": "error is None or a non-empty message",
+    # (the same four in tp/launch.py after its fix, docs/mutation-run4c/tplaunch2.json)
+    "hisparse/tp/launch.py:78:loop:0": "error was just set: continue ends the loop too",
+    "hisparse/tp/launch.py:74:none:1": "error is None or a non-empty message",
+    "hisparse/tp/launch.py:93:none:2": "error is None or a non-empty message",
+    "hisparse/tp/launch.py:97:none:0": "error is None or a non-empty message",
+    "hisparse/connectors/config.py:27:reorder:1": "a Mapping's get moved before a check: pure",
+    "hisparse/connectors/hisparse_child.py:57:none:0": "an Admission (NamedTuple) is truthy",
+    "hisparse/connectors/hisparse_child.py:71:none:1": "connector metadata (pydantic) is truthy",
+    "hisparse/transport/nixl.py:90:none:1": "a nixlRegDList is always truthy",
+    "hisparse/transport/nixl.py:103:none:2": "a nixlRegDList is always truthy",
+    "hisparse/transport/nixl.py:147:none:5": "a nixl_xfer_handle is always truthy",
+    # (the second nixl.py run, docs/mutation-run4c/nixl2.json)
+    "hisparse/transport/nixl.py:80:none:0": "a nixlRegDList is always truthy",
+    "hisparse/transport/nixl.py:87:none:4": "a nixlRegDList is always truthy",
+    "hisparse/transport/nixl.py:107:none:3": "a nixlRegDList is always truthy",
+    "hisparse/transport/nixl.py:92:reorder:1": "memory_kind only reads the buffer: pure",
+    "hisparse/transport/nixl.py:147:none:6": "a chunk's destinations are None or non-empty",
 }
 
 
