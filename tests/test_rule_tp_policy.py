@@ -80,34 +80,39 @@ class Lockstep:
     steps: list[Step]
 
 
-def _spy(sched: Scheduler, calls: list[tuple[Any, ...]]) -> None:
-    """Record the coordinator calls the scheduler makes (instance attributes shadow the
-    methods; the calls go through unchanged)."""
-    c = sched.coordinator
-    admit, reclaim, finish, abort = c.admit, c.reclaim, c.finish, c.abort
+class _SpiedCoordinator:
+    """The scheduler's coordinator, forwarding every attribute, that records the four
+    calls the scheduler's policy makes (a proxy: the mypyc-compiled coordinator's
+    methods cannot be shadowed on the instance). The calls go through unchanged."""
 
-    def spied_admit(request_id: str, max_hits: int | None = None) -> Admission | None:
-        need, free = c.gpu_blocks_needed(request_id), sched.kv.num_free
-        out = admit(request_id, max_hits)
-        calls.append(("admit", request_id, out is not None, need, free))
+    def __init__(self, sched: Scheduler, calls: list[tuple[Any, ...]]) -> None:
+        self._c, self._kv, self._calls = sched.coordinator, sched.kv, calls
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._c, name)
+
+    def admit(self, request_id: str, max_hits: int | None = None) -> Admission | None:
+        need, free = self._c.gpu_blocks_needed(request_id), self._kv.num_free
+        out = self._c.admit(request_id, max_hits)
+        self._calls.append(("admit", request_id, out is not None, need, free))
         return out
 
-    def spied_reclaim(blocks: int) -> int:
-        calls.append(("reclaim", blocks))
-        return reclaim(blocks)
+    def reclaim(self, blocks: int) -> int:
+        self._calls.append(("reclaim", blocks))
+        return self._c.reclaim(blocks)
 
-    def spied_finish(request_id: str) -> None:
-        calls.append(("finish", request_id))
-        finish(request_id)
+    def finish(self, request_id: str) -> None:
+        self._calls.append(("finish", request_id))
+        self._c.finish(request_id)
 
-    def spied_abort(request_id: str) -> None:
-        calls.append(("abort", request_id))
-        abort(request_id)
+    def abort(self, request_id: str) -> None:
+        self._calls.append(("abort", request_id))
+        self._c.abort(request_id)
 
-    c.admit = spied_admit  # type: ignore[method-assign]
-    c.reclaim = spied_reclaim  # type: ignore[method-assign]
-    c.finish = spied_finish  # type: ignore[method-assign]
-    c.abort = spied_abort  # type: ignore[method-assign]
+
+def _spy(sched: Scheduler, calls: list[tuple[Any, ...]]) -> None:
+    """Record the coordinator calls the scheduler makes (``_SpiedCoordinator``)."""
+    sched.coordinator = _SpiedCoordinator(sched, calls)  # type: ignore[assignment]
 
 
 def lockstep(o: TpOptions, executor: Callable[[int], ReferenceExecutor] = lambda r: ReferenceExecutor(),
