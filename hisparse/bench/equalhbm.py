@@ -195,8 +195,8 @@ class _Bench:
         row.update(engine=kind, batch=batch, context=self.context, setup_s=setup,
                    kv_hbm_bytes=eng.kv_nbytes, tokens_per_s=batch * 1e6 / row["step_us"],
                    spills=sched.coordinator.spills if sched else 0,
-                   host_pool_bytes=(sched.config.host_pool_blocks * sched.config.block_tokens
-                                    * sched.config.row_bytes * self.model.shape.layers
+                   host_pool_bytes=(host_pool_bytes(self.model.shape, self.shape(batch),
+                                                    sched.config.host_pool_blocks)
                                     if sched else 0))
         row["profile"] = self._profile(eng)
         del eng, sched, topk
