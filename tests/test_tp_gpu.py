@@ -9,6 +9,8 @@ event; the pool's host memory is registered once, not once per rank.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hisparse.tp import TpOptions, launch
@@ -47,14 +49,24 @@ def test_two_gpu_ranks_resolve_every_row_bit_for_bit(backing: str) -> None:
 
 
 @pytest.mark.parametrize("backing", ["private", "shared"])
-def test_two_ranks_on_one_gpu(backing: str) -> None:
+def test_two_ranks_on_one_gpu(backing: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Where one GPU is all there is: two processes on one device, the same protocol,
-    inter-process events and registered file; every row bit for bit."""
-    reports = launch(TpOptions(ranks=2, backing=backing, executor="cuda", gpus=1),
-                     transport="pipe", timeout_s=400)
-    assert all(r["mismatches"] == 0 and r["rows_checked"] > 10_000 for r in reports)
-    assert all(r["misses"] > 0 for r in reports)
-    assert reports[0]["coordinator"]["open_spills"] == 0
+    inter-process events and registered file; every row bit for bit, and the same
+    accounting the two-GPU test asserts (the GPU-only mutants of ``tp/run.py`` run here)."""
+    shm = f"/dev/shm/hisparse-tp-test-{tmp_path_factory.getbasetemp().name}-{backing}"
+    o = TpOptions(ranks=2, backing=backing, executor="cuda", gpus=1,
+                  shm_path=shm if backing == "shared" else "")
+    reports = launch(o, transport="pipe", timeout_s=400)
+    coord = reports[0]["coordinator"]
+    assert coord["steps_checked"] == reports[0]["steps"] == reports[1]["steps"]
+    assert coord["open_spills"] == 0 and coord["prefix_hits"] > 0 and coord["spills"] > 0
+    for r in reports:
+        assert r["mismatches"] == 0 and r["rows_checked"] > 10_000 and r["misses"] > 0, r
+        assert r["spills_taken"] == coord["spills"]
+        assert r["resolve_us_n"] == r["decodes"] > 0  # every decode timed on the device
+        assert r["memory"]["pinned_bytes"] == o.host_pool_bytes
     if backing == "shared":
         assert [r["role"] for r in reports] == ["writer", "reader"]
-        assert reports[1]["refusals_checked"] == 2
+        assert reports[1]["spill_us_n"] > 0  # the reader took (ordered) spill commands
+        assert reports[1]["refusals_checked"] == 2  # unannounced events: refused, no change
+        assert not Path(shm).exists()  # the writer unlinked the name once every rank mapped it
