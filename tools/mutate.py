@@ -14,6 +14,13 @@ Usage (outside CI; on a shared machine run it under ``nice -n 19``)::
     python tools/mutate.py --list                           # the mutants, not run
     python tools/mutate.py --only 'spec/machine.py:*'       # a subset (fnmatch on the id)
     python tools/mutate.py --figures mutation.json          # the tables of a run
+
+With a coverage map (``python -m tools.mutation.covermap --out covmap.json``, one run of
+the suite), a mutant inside a function body runs exactly the tests that run its lines,
+which is the whole suite for it, quickest first:
+
+    python tools/mutate.py --cover-map covmap.json --json mutation.json
+    python tools/mutate.py --check-killers mutation.json   # each killer passes unmutated
 """
 
 from __future__ import annotations
@@ -34,13 +41,18 @@ if __package__ in (None, ""):  # run as a script: make ``tools.mutation`` import
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools.mutation import figures
+from tools.mutation.covermap import CoverMap, tree_digest
 from tools.mutation.mutants import Mutant, interleaved, mutants_of
 from tools.mutation.operators import OPERATORS
+from tools.mutation.reach import reach
 from tools.mutation.runner import (
+    ERROR,
+    FULL_MARKERS,
     ROOT,
     SURVIVED,
     Limits,
     Outcome,
+    Scratch,
     baseline,
     run_all,
     tree_files,
@@ -71,6 +83,15 @@ def _parser() -> argparse.ArgumentParser:
                     help="take the baseline seconds from an earlier run's JSON of the same "
                          "tree instead of running the unmutated tests again")
     ap.add_argument("--figures", type=Path, help="print the tables of a run's JSON and exit")
+    ap.add_argument("--cover-map", type=Path,
+                    help="a coverage map of this tree: a mutant in a function body runs the "
+                         "tests that run its lines (its whole suite) instead of guards + suite")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the outcomes already in --json and run only the mutants "
+                         "it does not decide yet (the same tree and arguments)")
+    ap.add_argument("--check-killers", type=Path,
+                    help="run each test that killed a mutant of this run's JSON alone on the "
+                         "unmutated tree (each must pass: else its kills are not kills) and exit")
     return ap
 
 
@@ -84,7 +105,19 @@ def select(args: argparse.Namespace) -> tuple[list[Mutant], list[Mutant]]:
         chosen = [m for m in chosen if m.operator in args.operator]
     if args.no_tlc_guards:
         chosen = [m for m in chosen if not TARGETS[m.file].tlc]
-    return every, interleaved(chosen, tuple(args.first.split(",")))
+    order = interleaved(chosen, tuple(args.first.split(",")))
+    if args.cover_map:
+        # edits that run at import need the whole suite when they survive their guards:
+        # the cheap ones (in function bodies, decided by the map) go first
+        runtime = runtime_ids(order)
+        order = [m for m in order if m.id in runtime] + \
+                [m for m in order if m.id not in runtime]
+    return every, order
+
+
+def runtime_ids(mutants: list[Mutant]) -> set[str]:
+    sources = {f: (ROOT / f).read_text() for f in {m.file for m in mutants}}
+    return {m.id for m in mutants if reach(m, sources[m.file]).runtime}
 
 
 def _counts(mutants: list[Mutant], key: str) -> dict[str, int]:
@@ -98,6 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.figures:
         print(figures.main(args.figures))
         return 0
+    if args.check_killers:
+        return check_killers(args.check_killers, args.jobs)
+    cover = None
+    if args.cover_map:
+        cover = CoverMap.load(args.cover_map)
+        if cover.tree != tree_digest():
+            print(f"mutate: {args.cover_map} was made from another tree (tests or code "
+                  "changed since): build it again", file=sys.stderr)
+            return 2
     every, mutants = select(args)
     if args.list:
         for m in mutants:
@@ -115,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {
         "command": " ".join(["python", "tools/mutate.py", *(argv or sys.argv[1:])]),
         "jobs": args.jobs, "cpus": os.cpu_count(), "full_suite": full,
+        "cover_map": cover.tree if cover else None,
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "baseline_seconds": seconds,
         "generated_by_operator": _counts(every, "operator"),
@@ -123,25 +166,51 @@ def main(argv: list[str] | None = None) -> int:
         "selected_by_file": _counts(mutants, "file"),
         "outcomes": [],
     }
+    if args.resume and args.json and args.json.exists():
+        old = json.loads(args.json.read_text())
+        doc["outcomes"] = [o for o in old["outcomes"] if o["status"] != ERROR]
+        doc["resumed"] = [*old.get("resumed", []), old["started"]]
+        decided = {o["id"] for o in doc["outcomes"]}
+        mutants = [m for m in mutants if m.id not in decided]
+        print(f"resuming: {len(decided)} decided, {len(mutants)} to run", flush=True)
     t0 = time.monotonic()
 
     def done(o: Outcome) -> None:
         doc["outcomes"].append({**asdict(o.mutant), "status": o.status, "phase": o.phase,
-                                "seconds": o.seconds})
+                                "seconds": o.seconds, "tests": o.tests, "killer": o.killer})
         doc["seconds"] = round(time.monotonic() - t0, 1)
         n = len(doc["outcomes"])
-        print(f"[{n}/{len(mutants)}] {o.status:8} {o.phase:5} {o.seconds:6.1f}s "
+        print(f"[{n}/{doc['selected']}] {o.status:8} {o.phase:5} {o.seconds:6.1f}s "
               f"{o.mutant.id}  {o.mutant.before}", flush=True)
         if args.json:
             args.json.write_text(json.dumps(doc, indent=1) + "\n")
 
-    outcomes = run_all(mutants, args.jobs, limits, full, done)
+    outcomes = run_all(mutants, args.jobs, limits, full, done, cover)
     survivors = [o for o in outcomes if o.status == SURVIVED]
     print(f"{len(outcomes) - len(survivors)}/{len(outcomes)} not surviving, "
           f"{len(survivors)} survived in {time.monotonic() - t0:.0f}s")
     for o in survivors:
         print(f"SURVIVED {o.mutant.id}  {o.mutant.before}")
     return 0
+
+
+def check_killers(path: Path, jobs: int) -> int:
+    """Each test named as a killer in a run's JSON, alone on the unmutated tree: a test
+    that fails there too (it needs another test first, or is broken) made false kills."""
+    doc = json.loads(path.read_text())
+    killers = sorted({o["killer"] for o in doc["outcomes"] if o.get("killer")})
+    files = tree_files()
+    bad = []
+    with Scratch(files) as s:
+        for n, test in enumerate(killers, 1):
+            status = s.pytest([test], FULL_MARKERS, 1800)
+            print(f"[{n}/{len(killers)}] {status:8} {test}", flush=True)
+            if status != SURVIVED:
+                bad.append(test)
+    print(f"{len(killers) - len(bad)}/{len(killers)} killers pass alone on the unmutated tree")
+    for t in bad:
+        print(f"FAILS UNMUTATED {t}")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

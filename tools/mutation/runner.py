@@ -19,9 +19,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tools.mutation.mutants import Mutant, mutated_source
+from tools.mutation.reach import reach
 from tools.mutation.targets import FULL_SUITE_IGNORES, TARGETS, Guard
+
+if TYPE_CHECKING:
+    from tools.mutation.covermap import CoverMap
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,6 +34,7 @@ KILLED = "killed"
 SURVIVED = "survived"
 TIMEOUT = "timeout"  # a run that cannot finish counts as caught (a loop that never ends)
 ERROR = "error"  # pytest collected nothing or died (not a verdict on the mutant)
+STARTUP_S = 10.0  # a pytest process's own start and collection, beside its tests' time
 
 
 def tree_files(root: Path = ROOT) -> list[str]:
@@ -80,20 +86,41 @@ class Scratch:
         return dict(zip(names, out, strict=True))
 
     def pytest(self, args: list[str], markers: str, timeout: float) -> str:
+        return self.run_tests(args, markers, timeout).status
+
+    def run_tests(self, args: list[str], markers: str, timeout: float) -> Run:
+        """pytest on ``args`` in this copy, stopping at the first failure (``-x``)."""
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                "-m", markers, "--hypothesis-seed=0", *args]
         try:
             proc = subprocess.run(cmd, cwd=self.root, env=self.env, capture_output=True,
                                   text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            return TIMEOUT
+            return Run(TIMEOUT)
         if proc.returncode == 0:
-            return SURVIVED
+            return Run(SURVIVED)
         if proc.returncode in (1, 2, 3, 4):
             # a test failed, collection or a conftest import broke on the mutant: the
             # baseline ran the same arguments on the unmutated tree green
-            return KILLED
-        return ERROR  # 5: nothing collected, or a signal
+            return Run(KILLED, first_failure(proc.stdout))
+        return Run(ERROR)  # 5: nothing collected, or a signal
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pytest run's verdict and, for a kill, the test that failed first (if named)."""
+
+    status: str
+    killer: str = ""
+
+
+def first_failure(stdout: str) -> str:
+    """The node id of the first ``FAILED``/``ERROR`` line of pytest's short summary."""
+    for line in stdout.splitlines():
+        for tag in ("FAILED ", "ERROR "):
+            if line.startswith(tag):
+                return line[len(tag):].split(" - ", 1)[0].strip()
+    return ""
 
 
 def module_name(file: str) -> str:
@@ -116,12 +143,18 @@ def full_suite_args() -> list[str]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of one mutant; ``phase`` is where it was decided (guard / full)."""
+    """What became of one mutant. ``phase`` is where it was decided: ``guard``, ``full``
+    (the whole non-TLC suite), ``cover`` (the tests that run its lines, by the coverage
+    map: the whole suite for that mutant) or ``uncovered`` (no test runs its lines; its
+    guards ran); ``tests`` how many the deciding run selected (0: a whole file list);
+    ``killer`` the test that failed first."""
 
     mutant: Mutant
     status: str
     phase: str
     seconds: float
+    tests: int = 0
+    killer: str = ""
 
 
 def guard_key(guard: Guard) -> str:
@@ -136,40 +169,68 @@ class Limits:
     guard: dict[str, float]
     full: float
     default: float = 600.0
+    factor: float = 5.0
+    floor: float = 60.0
 
     @classmethod
     def from_baseline(cls, seconds: dict[str, float], factor: float, floor: float) -> Limits:
         scaled = {k: max(floor, factor * v) for k, v in seconds.items()}
-        return cls(scaled, scaled.get("full", floor))
+        return cls(scaled, scaled.get("full", floor), factor=factor, floor=floor)
 
     def of(self, guard: Guard) -> float:
         return self.guard.get(guard_key(guard), self.default)
 
 
 def run_mutant(m: Mutant, files: list[str], limits: Limits, full: bool = True,
-               guard: Guard | None = None) -> Outcome:
-    """One mutant in its own scratch copy: its guards, then (if it survives them and
-    ``full``) the whole non-TLC suite."""
+               guard: Guard | None = None, cover: CoverMap | None = None) -> Outcome:
+    """One mutant in its own scratch copy. With a coverage map and an edit that runs only
+    when called: the tests that run its lines (the whole suite for it), then, for a
+    module guarded only by model checking, those guards. Otherwise its guards, then (if
+    it survives them and ``full``) the whole non-TLC suite."""
     g = guard or TARGETS[m.file]
     t0 = time.monotonic()
+    source = (ROOT / m.file).read_text()
     with Scratch(files) as s:
-        s.write(m.file, mutated_source(m, (ROOT / m.file).read_text()))
-        status = s.pytest(list(g.tests), guard_markers(g), limits.of(g))
+        s.write(m.file, mutated_source(m, source))
+        if cover is not None:
+            r = reach(m, source)
+            if r.runtime:
+                return _by_cover(s, m, g, cover, cover.tests_of(m.file, r.lines), limits, t0)
+        run = s.run_tests(list(g.tests), guard_markers(g), limits.of(g))
         phase = "guard"
-        if status == SURVIVED and full:
+        if run.status == SURVIVED and full:
             print(f"guard survivor, running the whole suite: {m.id}  {m.before}", flush=True)
-            status = s.pytest(full_suite_args(), FULL_MARKERS, limits.full)
+            run = s.run_tests(full_suite_args(), FULL_MARKERS, limits.full)
             phase = "full"
-    return Outcome(m, status, phase, round(time.monotonic() - t0, 1))
+    return Outcome(m, run.status, phase, round(time.monotonic() - t0, 1), killer=run.killer)
+
+
+def _by_cover(s: Scratch, m: Mutant, g: Guard, cover: CoverMap, tests: list[str],
+              limits: Limits, t0: float) -> Outcome:
+    if tests:
+        limit = max(limits.floor, limits.factor * (cover.seconds_of(tests) + STARTUP_S))
+        run = s.run_tests(tests, FULL_MARKERS, limit)
+        phase = "cover"
+        if run.status == SURVIVED and g.tlc:
+            run = s.run_tests(list(g.tests), guard_markers(g), limits.of(g))
+            phase = "guard"
+    else:
+        # no test runs these lines by the map; the guards still run, so that a hole in
+        # the map (a process that died unsaved) cannot make a survivor on its own
+        run = s.run_tests(list(g.tests), guard_markers(g), limits.of(g))
+        phase = "guard" if run.status != SURVIVED else "uncovered"
+    return Outcome(m, run.status, phase, round(time.monotonic() - t0, 1), len(tests),
+                   run.killer)
 
 
 def run_all(mutants: list[Mutant], jobs: int, limits: Limits, full: bool,
-            done: Callable[[Outcome], None]) -> list[Outcome]:
+            done: Callable[[Outcome], None], cover: CoverMap | None = None) -> list[Outcome]:
     """Every mutant, ``jobs`` at a time (each a pytest process tree of its own)."""
     files = tree_files()
     outcomes: list[Outcome] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(run_mutant, m, files, limits, full) for m in mutants]
+        futures = [pool.submit(run_mutant, m, files, limits, full, None, cover)
+                   for m in mutants]
         for f in as_completed(futures):
             o = f.result()
             outcomes.append(o)
