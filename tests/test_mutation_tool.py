@@ -9,17 +9,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from tools.mutation.covermap import CoverMap, build, tree_digest
 from tools.mutation.mutants import Mutant, interleaved, mutants_of, mutated_source
 from tools.mutation.operators import OPERATORS, sites, splice
+from tools.mutation.reach import reach
 from tools.mutation.runner import (
     KILLED,
     ROOT,
     SURVIVED,
     Limits,
     Scratch,
+    first_failure,
     module_name,
     run_mutant,
     tree_files,
@@ -222,3 +226,129 @@ def test_the_unmutated_guard_passes_in_a_scratch_copy(planted: Mutant) -> None:
         assert s.pytest(list(GUARD.tests), "not tlc and not gpu", 300) == SURVIVED
     with pytest.raises(ValueError, match="no longer matches"):
         mutated_source(noop, (ROOT / noop.file).read_text())
+
+
+# ---------------------------------------------------------------- the coverage map
+
+
+def _mutants(tmp_path: Path, source: str, operator: str) -> tuple[str, list[Mutant]]:
+    src = textwrap.dedent(source)
+    (tmp_path / "m.py").write_text(src)
+    return src, [m for m in mutants_of(tmp_path, "m.py") if m.operator == operator]
+
+
+def test_an_edit_in_a_function_body_runs_when_called(tmp_path: Path) -> None:
+    src, ms = _mutants(tmp_path, """\
+    LIMIT = 3
+
+
+    def f(x):
+        if x > LIMIT:
+            return (x +
+                    1)
+        return x
+    """, "arith")
+    assert len(ms) == 1
+    r = reach(ms[0], src)
+    # the edit is on the statement's second line; coverage may record its first only
+    assert r.runtime and {6, 7} <= r.lines
+    assert 5 not in r.lines  # the enclosing if's header is not the edit's line
+
+
+def test_an_edit_in_an_if_test_reaches_the_if_line(tmp_path: Path) -> None:
+    src, ms = _mutants(tmp_path, "def f(x):\n    if x > 3:\n        return 1\n    return 0\n",
+                       "cmp")
+    r = reach(ms[0], src)
+    assert r.runtime and r.lines == {2}
+
+
+def test_constants_defaults_and_class_bodies_run_at_import(tmp_path: Path) -> None:
+    src, ms = _mutants(tmp_path, """\
+    FORBIDDEN = (1, 2)
+
+
+    class C:
+        n: int = 4 + 1
+
+
+    def f(x=2 + 3):
+        return x
+    """, "drop")
+    assert ms and not any(reach(m, src).runtime for m in ms)
+    src, ms = _mutants(tmp_path, (tmp_path / "m.py").read_text(), "arith")
+    assert len(ms) == 2 and not any(reach(m, src).runtime for m in ms)
+
+
+def test_a_lambda_body_runs_when_called(tmp_path: Path) -> None:
+    src, ms = _mutants(tmp_path, "KEY = lambda x: x + 1\n", "arith")
+    assert reach(ms[0], src).runtime
+
+
+def test_the_first_failure_is_read_off_the_short_summary() -> None:
+    out = ("..F\n=== short test summary info ===\n"
+           "FAILED tests/test_a.py::test_b[x - y] - AssertionError: 1 - 2\n"
+           "ERROR tests/test_c.py::test_d\n")
+    assert first_failure(out) == "tests/test_a.py::test_b[x"
+    assert first_failure("ERROR tests/test_c.py::test_d\n") == "tests/test_c.py::test_d"
+    assert first_failure("1 passed\n") == ""
+
+
+def test_the_map_selects_the_tests_of_any_edited_line_quickest_first() -> None:
+    cmap = CoverMap(["t::slow", "t::quick", "t::other"], [9.0, 1.0, 2.0],
+                    {"m.py": {3: [0, 1], 4: [1], 9: [2]}}, "tree")
+    assert cmap.tests_of("m.py", {3, 4}) == ["t::quick", "t::slow"]
+    assert cmap.tests_of("m.py", {5}) == [] and cmap.tests_of("n.py", {3}) == []
+    assert cmap.seconds_of(["t::slow", "t::other"]) == 11.0
+
+
+@pytest.fixture(scope="module")
+def child_map(tmp_path_factory: pytest.TempPathFactory) -> CoverMap:
+    """A map of one test file whose tests start worker processes (spawn)."""
+    out = tmp_path_factory.mktemp("covmap") / "map.json"
+    built = build(out, ["tests/test_workerproc.py"])
+    assert CoverMap.load(out) == built
+    return built
+
+
+def test_the_map_records_lines_run_in_a_child_process_under_its_test(
+        child_map: CoverMap) -> None:
+    # serve() runs only in the worker process a test spawns, never in pytest's own
+    source = (ROOT / "hisparse/workerproc.py").read_text().splitlines()
+    first = next(i for i, line in enumerate(source, 1) if line.startswith("def serve("))
+    body = {n for n in child_map.lines["hisparse/workerproc.py"] if first < n < first + 20}
+    assert body, "no line of serve() was recorded"
+    tests = child_map.tests_of("hisparse/workerproc.py", body)
+    assert tests and all(t.startswith("tests/test_workerproc.py::") for t in tests)
+    assert child_map.tree == tree_digest()
+    assert child_map.tests and all(t.startswith("tests/test_workerproc.py::")
+                                   for t in child_map.tests)
+    assert len(child_map.seconds) == len(child_map.tests)
+
+
+def test_a_mutant_in_a_body_is_decided_by_the_tests_that_run_it(planted: Mutant) -> None:
+    src = (ROOT / planted.file).read_text()
+    r = reach(planted, src)
+    assert r.runtime
+    test = "tests/test_config.py::test_host_pool_in_blocks_or_gib_but_not_both"
+    cmap = CoverMap([test], [1.0], {planted.file: {n: [0] for n in r.lines}}, "tree")
+    o = run_mutant(planted, tree_files(), LIMITS, cover=cmap)
+    assert (o.status, o.phase, o.tests, o.killer) == (KILLED, "cover", 1, test)
+
+
+def test_a_mutant_no_test_runs_falls_back_to_its_guards(planted: Mutant) -> None:
+    empty = CoverMap([], [], {}, "tree")
+    o = run_mutant(planted, tree_files(), LIMITS, guard=GUARD, cover=empty)
+    assert (o.status, o.phase, o.tests) == (KILLED, "guard", 0)
+    assert o.killer.startswith("tests/test_config.py::")
+
+
+def test_a_map_of_another_tree_is_refused(tmp_path: Path) -> None:
+    stale = tmp_path / "map.json"
+    CoverMap([], [], {}, "another tree").dump(stale)
+    proc = subprocess.run([sys.executable, "tools/mutate.py", "--cover-map", str(stale),
+                           "--list"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"mutate: {stale} was made from another tree (tests or code changed since): "
+        "build it again"]
+    assert proc.stdout == ""

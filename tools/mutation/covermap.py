@@ -88,8 +88,9 @@ def tree_digest(root: Path = ROOT) -> str:
 # ---------------------------------------------------------------- building the map
 
 
-def build(out: Path) -> CoverMap:
-    """Run the whole non-TLC suite once, every process measured; write and return the map."""
+def build(out: Path, tests: list[str] | None = None) -> CoverMap:
+    """Run the whole non-TLC suite (or ``tests``) once, every process measured; write and
+    return the map."""
     digest = tree_digest()
     with tempfile.TemporaryDirectory(prefix="hisparse-covmap-") as tmp:
         t = Path(tmp)
@@ -104,7 +105,7 @@ def build(out: Path) -> CoverMap:
         env.pop("CI", None)
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "-p", "tools.mutation.covplugin", "-m", FULL_MARKERS,
-               "--hypothesis-seed=0", *full_suite_args()]
+               "--hypothesis-seed=0", *(tests or full_suite_args())]
         t0 = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False)
         took = time.monotonic() - t0
