@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.mutation.runner import FULL_MARKERS, ROOT, full_suite_args, tree_files
-from tools.mutation.targets import SOURCE_DIRS
+from tools.mutation.targets import FULL_SUITE_IGNORES, SOURCE_DIRS
 
 HOOK = Path(__file__).resolve().parent / "covhook"
 
@@ -76,11 +76,13 @@ class CoverMap:
 
 
 def tree_digest(root: Path = ROOT) -> str:
-    """A hash of every file the map depends on (the code and the tests, as they are on
-    disk): a map is valid for exactly this tree; the tool's own files may change."""
+    """A hash of every file the map depends on (the code, the models and the suite's
+    tests, as they are on disk): a map is valid for exactly this tree; the tool's own
+    files and the tests left out of the suite may change."""
     h = hashlib.sha256()
     for f in tree_files(root):
-        if f.split("/", 1)[0] in (*SOURCE_DIRS, "tests", "tla"):
+        if f.split("/", 1)[0] in (*SOURCE_DIRS, "tests", "tla") and \
+                f not in FULL_SUITE_IGNORES:
             h.update(f.encode() + b"\0" + (root / f).read_bytes() + b"\0")
     return h.hexdigest()[:24]
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tools.mutation.mutants import Mutant
-from tools.mutation.operators import sites
+from tools.mutation.operators import Site, sites
 
 
 def _function_bodies(tree: ast.Module) -> list[tuple[int, int]]:
@@ -52,10 +53,20 @@ class Reach:
     runtime: bool
 
 
+@lru_cache(maxsize=32)
+def _sites(source: str, operator: str) -> list[Site]:
+    return sites(source, operator)
+
+
+@lru_cache(maxsize=8)
+def _tree(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
 def reach(m: Mutant, source: str) -> Reach:
-    site = sites(source, m.operator)[m.index]
+    site = _sites(source, m.operator)[m.index]
     first, last = site.start[0], site.end[0]
-    tree = ast.parse(source)
+    tree = _tree(source)
     lines = set(range(first, last + 1)) | _headers(tree, first, last)
     bodies = _function_bodies(tree)
     runtime = any(lo <= first and last <= hi for lo, hi in bodies)
