@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from tools.mutation.mutants import Mutant
 from tools.mutation.operators import Site, sites
@@ -53,12 +53,12 @@ class Reach:
     runtime: bool
 
 
-@lru_cache(maxsize=32)
+@cache  # the run visits files round-robin
 def _sites(source: str, operator: str) -> list[Site]:
     return sites(source, operator)
 
 
-@lru_cache(maxsize=8)
+@cache
 def _tree(source: str) -> ast.Module:
     return ast.parse(source)
 
