@@ -67,6 +67,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/tp/run.py:409:cmp:5": "every rank has the file mapped; unlink is missing_ok",
     "hisparse/tp/run.py:534:none:8": "arena is None or a host arena object (always truthy)",
     "hisparse/tp/run.py:341:none:11": "a CuPy Stream has no __bool__/__len__: truthy (H200)",
+    "hisparse/tp/run.py:523:reorder:16": "acks to the coordinator, reads to the writer: disjoint",
     "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",

@@ -87,7 +87,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/tp/group.py": _t("test_tp", "test_rule_tp_group"),
     "hisparse/tp/launch.py": _t("test_tp", "test_rule_tp_launch"),
     "hisparse/tp/run.py": _t("test_tp", "test_coordinator_tp", "test_rule_tp_run",
-                                "test_rule_tp_policy"),
+                                "test_rule_tp_policy", "test_rule_tp_rank_cuda_paths"),
     # trace admission and the trace encoding for TLC (their guards model-check)
     "hisparse/tracecheck/admit.py": _t("test_trace_admission", tlc=True),
     "hisparse/tracecheck/check.py": _t(*_TLC_TRACE, tlc=True),

@@ -1,0 +1,241 @@
+"""Rule: the CUDA-only steps of a tensor-parallel rank, held on a CPU by stand-ins
+(``hisparse/tp/run.py``).
+
+- each rank makes its own GPU current before it builds its executor, on that GPU;
+- a rank closes only after a barrier (no rank unmaps or destroys events while another
+  still uses them), closes its executor, and unmaps its host pool last, once the pools
+  that viewed it are collected;
+- the one-time probe of a shared-backing reader fails the run when a refused command took
+  commands or changed the reader, and counts both refusals otherwise;
+- a reader's spill work is timed on its compute stream (it waits there for the writer's
+  copy event), a writer's on its copy stream.
+
+These were GPU-only mutants that survived the H200 run of ``tests/test_tp_gpu.py`` on one
+GPU (docs/mutation-survivors.md, "Fourth pass"): ``410:call:0`` (no device made current:
+harmless on one GPU), ``550:call:20`` (no collection before the unmap), ``551:call:21``
+(never unmapped), ``544:call:5`` (no closing barrier), ``487:var:0`` (the probe's
+no-change check), ``346:cmp:14`` (the streams swapped). The stand-ins replace only CuPy,
+the CUDA executor and the shared host arena; the rank's loop, group and oracle are real.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from collections.abc import Iterator
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import hisparse.executor.cuda as cuda_pkg
+import hisparse.executor.cuda.backend as cuda_backend
+import hisparse.tp.run as tp_run
+from hisparse.executor.cuda.ipc import EventNotRecorded
+from hisparse.executor.cuda.tp import WriterEventMissing
+from hisparse.executor.reference import ReferenceExecutor
+from hisparse.tp.group import PipeGroup
+from hisparse.tp.run import RankSide, TpOptions, TpRunFailed, build_executor, run_rank
+
+# ---------------------------------------------------------------- the device of each rank
+
+
+class FakeCupy:
+    """``load_cupy()``'s stand-in: ``cuda.Device(d).use()`` makes ``d`` current."""
+
+    def __init__(self) -> None:
+        self.current: int | None = None
+        self.cuda = self
+
+    def Device(self, device: int) -> SimpleNamespace:  # CuPy's name
+        def use() -> None:
+            self.current = device
+
+        return SimpleNamespace(use=use)
+
+
+def test_each_rank_makes_its_gpu_current_before_it_builds_its_executor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cupy = FakeCupy()
+    built: list[tuple[dict[str, Any], int | None]] = []
+
+    class FakeCudaExecutor:
+        def __init__(self, **shape: Any) -> None:
+            built.append((shape, cupy.current))
+
+    monkeypatch.setattr(cuda_backend, "load_cupy", lambda: cupy)
+    monkeypatch.setattr(cuda_pkg, "CudaExecutor", FakeCudaExecutor)
+    o = TpOptions(ranks=3, gpus=2)
+    for rank in range(o.ranks):
+        _, role = build_executor(o, PipeGroup(rank, o.ranks, []))
+        assert role == "private"
+    assert [(shape["device"], current) for shape, current in built] == [(0, 0), (1, 1), (0, 0)]
+    assert {shape["top_k"] for shape, _ in built} == {o.top_k}
+    assert {shape["max_positions"] for shape, _ in built} == {o.max_pages * o.block_tokens}
+
+
+# ---------------------------------------------------------------- how a rank closes
+
+
+class Pool:
+    """The pools' stand-in: a view of the host mapping, held in a reference cycle so only
+    a collection frees it once the executor lets go."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+
+class Arena:
+    """The shared host arena's stand-in: its close is the unmap."""
+
+    pinned_bytes = 4096
+
+    def __init__(self, log: list[str], pool: Pool) -> None:
+        self.log = log
+        self.pool = weakref.ref(pool)
+
+    def close(self) -> None:
+        self.log.append("unmap" if self.pool() is None else "unmap with a live view")
+
+
+class ClosingExecutor(ReferenceExecutor):
+    """A reference executor with a host arena and a close, as the CUDA executors have."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+        self.pool: Pool | None = Pool()
+        self.host_arena = Arena(log, self.pool)
+
+    def close(self) -> None:
+        self.pool = None
+        self.log.append("close")
+
+
+class LoggingGroup(PipeGroup):
+    def __init__(self, rank: int, world: int, pipes: list[Connection], log: list[str]) -> None:
+        super().__init__(rank, world, pipes)
+        self.log = log
+
+    def barrier(self) -> None:
+        self.log.append("barrier")
+        super().barrier()
+
+
+@pytest.fixture
+def no_automatic_gc() -> Iterator[None]:
+    """Only an explicit collection frees a cycle: the order under test is then exact."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def test_a_rank_closes_after_a_barrier_and_unmaps_last_with_no_view_left(
+        monkeypatch: pytest.MonkeyPatch, no_automatic_gc: None) -> None:
+    o = TpOptions(executor="reference", ranks=2, requests=4, steps=12, seed=5)
+    logs: list[list[str]] = [[] for _ in range(o.ranks)]
+    monkeypatch.setattr(tp_run, "build_executor",
+                        lambda o, group: (ClosingExecutor(logs[group.rank]), "private"))
+    a, b = Pipe()
+    groups = [LoggingGroup(0, 2, [a], logs[0]), LoggingGroup(1, 2, [b], logs[1])]
+    reports: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            reports[r] = run_rank(o, groups[r])
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+            (a if r == 0 else b).close()
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:  # the limit only catches a rank stuck forever; the run takes seconds
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a rank is stuck"
+    assert not errors, errors
+    for r in range(2):
+        assert logs[r] == ["barrier", "close", "unmap"], logs[r]
+        assert reports[r]["memory"]["pinned_bytes"] == Arena.pinned_bytes
+        assert reports[r]["mismatches"] == 0 and reports[r]["steps"] > 0
+
+
+# ---------------------------------------------------------------- a reader's one-time probe
+
+
+class FakeReader:
+    """A shared-backing reader's stand-in with the state the probe compares."""
+
+    def __init__(self) -> None:
+        self.queue: list[int] = []
+        self._writer_record: dict[int, int] = {}
+        self.stream = "compute"
+
+        def wait(stream: Any, record: int) -> None:
+            raise EventNotRecorded(record, record - 1)
+
+        self.writer = SimpleNamespace(ring=SimpleNamespace(announced=3), wait=wait)
+
+    def queued(self) -> tuple[int, ...]:
+        return tuple(self.queue)
+
+
+def _side(bind: Any) -> SimpleNamespace:
+    return SimpleNamespace(report=SimpleNamespace(refusals_checked=0),
+                           worker=SimpleNamespace(_enqueued=[]),
+                           wconn=SimpleNamespace(bind_connector_metadata=bind))
+
+
+def _refuse(_: bytes) -> None:
+    raise WriterEventMissing(7)
+
+
+def test_the_probe_counts_both_refusals_of_a_reader_they_leave_unchanged() -> None:
+    side = _side(_refuse)
+    tp_run._probe_unannounced(side, FakeReader(), "{}")  # type: ignore[arg-type]
+    assert side.report.refusals_checked == 2
+
+
+@pytest.mark.parametrize("what", ["queue", "record", "enqueued"])
+def test_the_probe_fails_the_run_when_a_refusal_changed_the_reader(what: str) -> None:
+    reader = FakeReader()
+    side = _side(None)
+
+    def change_then_refuse(_: bytes) -> None:
+        if what == "queue":
+            reader.queue.append(1)
+        elif what == "record":
+            reader._writer_record[1] = 1
+        else:
+            side.worker._enqueued.append(1)
+        raise WriterEventMissing(7)
+
+    side.wconn.bind_connector_metadata = change_then_refuse
+    with pytest.raises(TpRunFailed, match=r"^a refusal changed the reader: "):
+        tp_run._probe_unannounced(side, reader, "{}")  # type: ignore[arg-type]
+
+
+def test_the_probe_fails_the_run_when_a_reader_took_unannounced_commands() -> None:
+    side = _side(lambda raw: None)
+    with pytest.raises(TpRunFailed, match="took commands before the writer's events"):
+        tp_run._probe_unannounced(side, FakeReader(), "{}")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the stream a spill is timed on
+
+
+@pytest.mark.parametrize(("cuda", "role", "stream"), [
+    (True, "reader", "compute"), (True, "writer", "copy"), (True, "private", "copy"),
+    (False, "reader", None), (False, "private", None),
+])
+def test_a_reader_times_its_spills_on_its_compute_stream(cuda: bool, role: str,
+                                                         stream: str | None) -> None:
+    side = SimpleNamespace(cuda=cuda, report=SimpleNamespace(role=role),
+                           executor=SimpleNamespace(stream="compute", spill_stream="copy"))
+    assert RankSide._spill_stream(side) == stream  # type: ignore[arg-type]
