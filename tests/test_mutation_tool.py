@@ -18,6 +18,7 @@ from tools.mutation.mutants import Mutant, interleaved, mutants_of, mutated_sour
 from tools.mutation.operators import OPERATORS, sites, splice
 from tools.mutation.reach import reach
 from tools.mutation.runner import (
+    ERROR,
     KILLED,
     ROOT,
     SURVIVED,
@@ -352,3 +353,12 @@ def test_a_map_of_another_tree_is_refused(tmp_path: Path) -> None:
         f"mutate: {stale} was made from another tree (tests or code changed since): "
         "build it again"]
     assert proc.stdout == ""
+
+
+def test_a_selected_test_that_is_not_there_decides_nothing() -> None:
+    # a mutant that renames a parametrized test must not count as killed by the rename
+    with Scratch(tree_files()) as s:
+        run = s.run_tests(["tests/test_config.py::test_no_such_test"], "not tlc and not gpu", 120)
+    assert run.status == ERROR
+    assert run.killer.startswith("not found: ")
+    assert run.killer.endswith("/tests/test_config.py::test_no_such_test")

@@ -99,10 +99,15 @@ class Scratch:
             return Run(TIMEOUT)
         if proc.returncode == 0:
             return Run(SURVIVED)
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 4 and "ERROR: not found:" in out:
+            # the mutant renamed a parametrized test (its ids come from the code): the
+            # selected tests are not there to decide it
+            return Run(ERROR, "not found: " + out.split("ERROR: not found:", 1)[1].split()[0])
         if proc.returncode in (1, 2, 3, 4):
             # a test failed, collection or a conftest import broke on the mutant: the
             # baseline ran the same arguments on the unmutated tree green
-            return Run(KILLED, first_failure(proc.stdout))
+            return Run(KILLED, first_failure(proc.stdout) or f"exit {proc.returncode}")
         return Run(ERROR)  # 5: nothing collected, or a signal
 
 
