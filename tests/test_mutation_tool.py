@@ -362,3 +362,15 @@ def test_a_selected_test_that_is_not_there_decides_nothing() -> None:
     assert run.status == ERROR
     assert run.killer.startswith("not found: ")
     assert run.killer.endswith("/tests/test_config.py::test_no_such_test")
+
+
+def test_two_maps_of_one_tree_merge_into_the_union_of_their_tests() -> None:
+    a = CoverMap(["t::a", "t::b"], [1.0, 2.0], {"m.py": {3: [0], 4: [1]}}, "tree")
+    b = CoverMap(["t::c", "t::a"], [3.0, 9.0], {"m.py": {3: [0, 1]}, "n.py": {1: [0]}},
+                 "tree", "tlc and not gpu")
+    m = a.merged(b)
+    assert m.tests == ["t::a", "t::b", "t::c"] and m.seconds == [1.0, 2.0, 3.0]
+    assert m.lines == {"m.py": {3: [0, 2], 4: [1]}, "n.py": {1: [2]}}
+    assert m.markers == "(not tlc and not gpu) or (tlc and not gpu)"
+    with pytest.raises(ValueError, match="different trees"):
+        a.merged(CoverMap([], [], {}, "another"))

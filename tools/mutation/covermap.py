@@ -9,9 +9,12 @@ whole suite for that mutant, in a fraction of its time. An edit outside every fu
 body (a constant, a default, a decorator, a class body) runs at import, under no test: the
 map cannot narrow it, and such a mutant keeps the guards-then-whole-suite order.
 
-Build it once per tree (the tests and the code it was made from must not change since):
+Build it once per tree (the tests and the code it was made from must not change since);
+the model-checking tests can be mapped apart and merged in:
 
     python -m tools.mutation.covermap --out /tmp/covmap.json
+    python -m tools.mutation.covermap --markers "tlc and not gpu" --out /tmp/tlc.json
+    python -m tools.mutation.covermap --merge /tmp/covmap.json /tmp/tlc.json --out all.json
 """
 
 from __future__ import annotations
@@ -46,22 +49,44 @@ patch = _exit
 @dataclass(frozen=True)
 class CoverMap:
     """Tests (node ids, each with its seconds) and, per file and line, the tests that ran
-    it; ``tree`` is the commit and dirty-file digest the map was made from."""
+    it; ``tree`` is the digest of the tree the map was made from (``tree_digest``);
+    ``markers`` the pytest ``-m`` expression that selected its tests (and selects them
+    again when a mutant runs them)."""
 
     tests: list[str]
     seconds: list[float]
     lines: dict[str, dict[int, list[int]]]
     tree: str
+    markers: str = FULL_MARKERS
 
     @classmethod
     def load(cls, path: Path) -> CoverMap:
         doc = json.loads(path.read_text())
         lines = {f: {int(k): v for k, v in by.items()} for f, by in doc["lines"].items()}
-        return cls(doc["tests"], doc["seconds"], lines, doc["tree"])
+        return cls(doc["tests"], doc["seconds"], lines, doc["tree"],
+                   doc.get("markers", FULL_MARKERS))
 
     def dump(self, path: Path) -> None:
-        path.write_text(json.dumps({"tree": self.tree, "tests": self.tests,
-                                    "seconds": self.seconds, "lines": self.lines}))
+        path.write_text(json.dumps({"tree": self.tree, "markers": self.markers,
+                                    "tests": self.tests, "seconds": self.seconds,
+                                    "lines": self.lines}))
+
+    def merged(self, other: CoverMap) -> CoverMap:
+        """One map of both maps' tests (of one tree; a test in both keeps this map's)."""
+        if other.tree != self.tree:
+            raise ValueError("the two maps were made from different trees")
+        tests = [*self.tests, *(t for t in other.tests if t not in set(self.tests))]
+        index = {t: i for i, t in enumerate(tests)}
+        seconds = dict(zip(other.tests, other.seconds, strict=True))
+        seconds.update(zip(self.tests, self.seconds, strict=True))
+        lines: dict[str, dict[int, list[int]]] = {}
+        for m in (self, other):
+            for f, by in m.lines.items():
+                out = lines.setdefault(f, {})
+                for n, ran in by.items():
+                    out[n] = sorted({*out.get(n, ()), *(index[m.tests[i]] for i in ran)})
+        return CoverMap(tests, [seconds[t] for t in tests], lines, self.tree,
+                        f"({self.markers}) or ({other.markers})")
 
     def tests_of(self, file: str, lines: set[int]) -> list[str]:
         """The tests that ran any of ``lines`` of ``file``, the quickest first (with
@@ -90,9 +115,10 @@ def tree_digest(root: Path = ROOT) -> str:
 # ---------------------------------------------------------------- building the map
 
 
-def build(out: Path, tests: list[str] | None = None) -> CoverMap:
-    """Run the whole non-TLC suite (or ``tests``) once, every process measured; write and
-    return the map."""
+def build(out: Path, tests: list[str] | None = None,
+          markers: str = FULL_MARKERS) -> CoverMap:
+    """Run the whole non-TLC suite (or ``tests``, or other ``markers``) once, every process
+    measured; write and return the map."""
     digest = tree_digest()
     with tempfile.TemporaryDirectory(prefix="hisparse-covmap-") as tmp:
         t = Path(tmp)
@@ -106,7 +132,7 @@ def build(out: Path, tests: list[str] | None = None) -> CoverMap:
                                               os.environ.get("PYTHONPATH", "")]).rstrip(":")}
         env.pop("CI", None)
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-p", "tools.mutation.covplugin", "-m", FULL_MARKERS,
+               "-p", "tools.mutation.covplugin", "-m", markers,
                "--hypothesis-seed=0", *(tests or full_suite_args())]
         t0 = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False)
@@ -118,14 +144,14 @@ def build(out: Path, tests: list[str] | None = None) -> CoverMap:
         subprocess.run([sys.executable, "-m", "coverage", "combine", "-q",
                         f"--rcfile={rc}", f"--data-file={t / 'cov'}"],
                        cwd=t, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
-        cmap = _read(t / "cov", timing["seconds"], digest)
+        cmap = _read(t / "cov", timing["seconds"], digest, markers)
     cmap.dump(out)
     print(f"coverage map of {len(cmap.tests)} tests in {took:.0f} s written to {out}",
           file=sys.stderr)
     return cmap
 
 
-def _read(data_file: Path, seconds: dict[str, float], digest: str) -> CoverMap:
+def _read(data_file: Path, seconds: dict[str, float], digest: str, markers: str) -> CoverMap:
     from coverage import CoverageData
 
     data = CoverageData(basename=str(data_file))
@@ -141,15 +167,23 @@ def _read(data_file: Path, seconds: dict[str, float], digest: str) -> CoverMap:
             if ran:
                 by[line] = ran
         lines[rel] = by
-    return CoverMap(tests, [seconds[t] for t in tests], lines, digest)
+    return CoverMap(tests, [seconds[t] for t in tests], lines, digest, markers)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="where the map's JSON goes")
+    ap.add_argument("--markers", default=FULL_MARKERS,
+                    help="the tests to map, as pytest -m (default: %(default)s)")
+    ap.add_argument("--merge", type=Path, nargs=2, metavar="MAP",
+                    help="write the union of two maps of this tree instead of running tests")
     args = ap.parse_args(argv)
-    build(args.out)
+    if args.merge:
+        a, b = (CoverMap.load(p) for p in args.merge)
+        a.merged(b).dump(args.out)
+    else:
+        build(args.out, markers=args.markers)
     return 0
 
 

@@ -214,7 +214,7 @@ def _by_cover(s: Scratch, m: Mutant, g: Guard, cover: CoverMap, tests: list[str]
               limits: Limits, t0: float) -> Outcome:
     if tests:
         limit = max(limits.floor, limits.factor * (cover.seconds_of(tests) + STARTUP_S))
-        run = s.run_tests(tests, FULL_MARKERS, limit)
+        run = s.run_tests(tests, cover.markers, limit)
         phase = "cover"
         if run.status == SURVIVED and g.tlc:
             run = s.run_tests(list(g.tests), guard_markers(g), limits.of(g))
