@@ -9,6 +9,10 @@ differs from its epoch (rank 1 before any loss), a duplicate was applied a secon
 instead of ignored; every test replayed to rank 0 at epoch 0 only. Here the rank is
 drawn, and the expected verdict comes from an independent record of what was sent and
 applied, not from the receiver's own fields.
+
+A gap names the rank whose loss path the engine runs (``MessageGap.rank``): from the
+sampled whole-suite run's survivor ``spec/errors.py:96:var:0`` (the gap carried the
+expected number as its rank; every test matched the message only).
 """
 
 from __future__ import annotations
@@ -62,8 +66,9 @@ def test_each_fresh_message_is_applied_once_in_order(rank: int, ops: list[Op]) -
             taken.append(seq)
             continue
         else:
-            with pytest.raises(MessageGap, match=f"expected message {expected}, got {seq}"):
+            with pytest.raises(MessageGap, match=f"expected message {expected}, got {seq}") as gap:
                 rx.classify(e, since, seq)
+            assert gap.value.rank == rank  # the engine runs the loss path of this rank
         assert (rx.epoch, rx.next) == before and rx.ignored == ignored
     for e, seqs in applied.items():  # in order, once each, from the epoch's first
         assert seqs == list(range(first[e], first[e] + len(seqs)))
@@ -75,6 +80,7 @@ def test_an_epoch_this_side_never_started_is_a_gap(rank: int, losses: int,
     rx = Receiver("test", rank)
     for _ in range(losses):
         rx.lost()
-    with pytest.raises(MessageGap):
+    with pytest.raises(MessageGap) as gap:
         rx.classify(losses + ahead, 0, 0)
+    assert gap.value.rank == rank
     assert (rx.epoch, rx.next, rx.ignored) == (losses, None, 0)

@@ -57,7 +57,7 @@ from tools.mutation.runner import (
     run_all,
     tree_files,
 )
-from tools.mutation.targets import TARGETS
+from tools.mutation.targets import TARGETS, Guard
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--cover-map", type=Path,
                     help="a coverage map of this tree: a mutant in a function body runs the "
                          "tests that run its lines (its whole suite) instead of guards + suite")
+    ap.add_argument("--guard", action="append", default=[],
+                    help="run these tests (files or node ids) as every selected mutant's "
+                         "guard instead of its own, and decide on them alone (a kill proof)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the outcomes already in --json and run only the mutants "
                          "it does not decide yet (the same tree and arguments)")
@@ -96,8 +99,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def select(args: argparse.Namespace) -> tuple[list[Mutant], list[Mutant]]:
-    """(every generated mutant, the selection to run, interleaved over files)."""
-    every = [m for f in TARGETS for m in mutants_of(ROOT, f)]
+    """(every generated mutant of the files ``--only`` can match, the selection to run,
+    interleaved over files)."""
+    files = [f for f in TARGETS
+             if not args.only or any(fnmatch.fnmatch(f, p.split(":", 1)[0]) for p in args.only)]
+    every = [m for f in files for m in mutants_of(ROOT, f)]
     chosen = [m for m in every if m.sampled(args.sample)]
     if args.only:
         chosen = [m for m in chosen if any(fnmatch.fnmatch(m.id, p) for p in args.only)]
@@ -147,11 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(mutants)} mutants of {len(every)} generated", file=sys.stderr)
         return 0
     files = tree_files()
-    full = not args.no_full
+    full = not args.no_full and not args.guard
+    guard = Guard(tuple(args.guard)) if args.guard else None
     if args.baseline_from:
         seconds = json.loads(args.baseline_from.read_text())["baseline_seconds"]
     else:
-        seconds = baseline(files, {TARGETS[m.file] for m in mutants}, full, args.jobs)
+        guards = {guard} if guard else {TARGETS[m.file] for m in mutants}
+        seconds = baseline(files, guards, full, args.jobs)
     limits = Limits.from_baseline(seconds, args.timeout_factor, floor=60.0)
     print(f"baseline (unmutated, seconds): {seconds}", flush=True)
     doc: dict[str, Any] = {
@@ -185,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps(doc, indent=1) + "\n")
 
-    outcomes = run_all(mutants, args.jobs, limits, full, done, cover)
+    outcomes = run_all(mutants, args.jobs, limits, full, done, None if guard else cover, guard)
     survivors = [o for o in outcomes if o.status == SURVIVED]
     print(f"{len(outcomes) - len(survivors)}/{len(outcomes)} not surviving, "
           f"{len(survivors)} survived in {time.monotonic() - t0:.0f}s")

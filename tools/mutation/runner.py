@@ -229,12 +229,13 @@ def _by_cover(s: Scratch, m: Mutant, g: Guard, cover: CoverMap, tests: list[str]
 
 
 def run_all(mutants: list[Mutant], jobs: int, limits: Limits, full: bool,
-            done: Callable[[Outcome], None], cover: CoverMap | None = None) -> list[Outcome]:
+            done: Callable[[Outcome], None], cover: CoverMap | None = None,
+            guard: Guard | None = None) -> list[Outcome]:
     """Every mutant, ``jobs`` at a time (each a pytest process tree of its own)."""
     files = tree_files()
     outcomes: list[Outcome] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(run_mutant, m, files, limits, full, None, cover)
+        futures = [pool.submit(run_mutant, m, files, limits, full, guard, cover)
                    for m in mutants]
         for f in as_completed(futures):
             o = f.result()
