@@ -2,10 +2,13 @@
 
 Checked over every state the protocol's stateful test reaches: each reached state gets
 a stray location entry for every request that is not running (a page one past its last,
-with no block), and every safety twin must still return its list of problems. A twin
-that reads a page's key before it has checked that the page's request is running
+with no block), and one stray import record, not yet landing, of a request that was never
+declared; every safety twin must still return its list of problems. A twin that reads a
+page's key before it has checked that the page's request is running
 (``spec/invariants.py`` LivePagesReadable, mutant ``reorder``) raises ``IndexError``
-there instead.
+there instead; one that reads an import's pages before it has checked that the import
+is live (ImportTargetStable, the sampled whole-suite run's ``149:reorder:0``) raises
+``KeyError``.
 """
 
 from __future__ import annotations
@@ -14,18 +17,23 @@ from hypothesis import settings
 from hypothesis.stateful import invariant
 
 from hisparse.spec.invariants import INVARIANTS
-from hisparse.spec.state import ProtocolState
+from hisparse.spec.state import Imp, ProtocolState
 from tests.test_protocol_stateful import ProtocolStateful
+
+STRAY_IMPORT = "stray-import"  # declared by no workload
 
 
 def with_stray_entries(s: ProtocolState) -> tuple[ProtocolState, int]:
-    """A copy of ``s`` with one stray, blockless entry per request that is not running."""
+    """A copy of ``s`` with one stray, blockless entry per request that is not running,
+    and an announced import of a request that was never declared."""
     t = s.clone()
     n = 0
     for r, keys in t.page_keys.items():
         if t.req.get(r) != "running":
             t.loc[(r, len(keys) + 1)] = None
             n += 1
+    assert STRAY_IMPORT not in t.page_keys
+    t.imp[STRAY_IMPORT] = Imp("host", "announced")
     return t, n
 
 
