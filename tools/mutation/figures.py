@@ -68,6 +68,9 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/tp/run.py:534:none:8": "arena is None or a host arena object (always truthy)",
     "hisparse/tp/run.py:341:none:11": "a CuPy Stream has no __bool__/__len__: truthy (H200)",
     "hisparse/tp/run.py:523:reorder:16": "acks to the coordinator, reads to the writer: disjoint",
+    # the sampled whole-suite run (docs/mutation-run6/)
+    "spec/catalogue.py:622:reorder:2": "pure source parses moved before an append-only if",
+    "spec/trace.py:496:reorder:2": "a pure set-building constructor moved before a raise",
     "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",

@@ -28,7 +28,7 @@ def _t(*names: str, tlc: bool = False) -> Guard:
 
 
 _SPEC = ("test_invariants_alone", "test_boundaries_machine", "test_protocol_bugs",
-         "test_protocol_sync", "test_protocol_stateful")
+         "test_protocol_sync", "test_rule_recorded_ids_keep_their_kind", "test_protocol_stateful")
 _SYSTEM = ("test_boundaries_system", "test_coordinator_lifecycle", "test_connector",
            "test_config", "test_messages", "test_boundaries_pool", "test_coordinator_tp")
 _EXECUTOR = ("test_boundaries_executor", "test_executor_reference")
