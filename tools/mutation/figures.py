@@ -71,6 +71,11 @@ EQUIVALENT: dict[str, str] = {
     # the sampled whole-suite run (docs/mutation-run6/)
     "spec/catalogue.py:622:reorder:2": "pure source parses moved before an append-only if",
     "spec/trace.py:496:reorder:2": "a pure set-building constructor moved before a raise",
+    "hisparse/coordinator.py:248:reorder:1": "a pure read moved before a block that reads",
+    "hisparse/workerproc.py:223:none:2": "None or an exception class (always truthy)",
+    "hisparse/cli.py:204:none:0": "injected is None or a bug's name (never empty)",
+    "hisparse/cli.py:226:none:1": "a Path is always truthy",
+    "hisparse/cli.py:270:none:9": "jobs is None or a positive int",
     "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",

@@ -73,7 +73,7 @@ TARGETS: dict[str, Guard] = {
     "hisparse/workerproc.py": _t(*_WORKERPROC),
     "hisparse/workerwire.py": _t(*_WORKERPROC),
     # the CLI, its argument checks, workloads, simulation, report and metrics
-    "hisparse/cli.py": _t(*_CLI),
+    "hisparse/cli.py": _t("test_rule_cli_check_reports", *_CLI),
     "hisparse/cliargs.py": _t("test_rule_cliargs_bounds", *_CLI, "test_sizing"),
     "hisparse/simulate.py": _t("test_simulate", "test_workerproc", "test_report", "test_metrics"),
     "hisparse/rows.py": _t("test_rule_rows_oracle", "test_simulate", "test_pdimport_runner",
