@@ -88,6 +88,11 @@ def test_shapes_refuse_bad_values() -> None:
     shape = EngineShape(slots=1, max_context=1024, top_k=64)
     with pytest.raises(EngineConfigError, match="exceed max_context"):
         make_request("r", [], 1000, 100, shape=shape, vocab=100)
+    # a prompt needs two tokens; one new token is enough (engine/workload.py:80:var:4
+    # tested the new tokens instead)
+    with pytest.raises(EngineConfigError, match=r"^r: a prompt needs at least 2 tokens$"):
+        make_request("r", [], 1, 10, shape=shape, vocab=100)
+    assert make_request("r", [], 2, 1, shape=shape, vocab=100).max_new == 1
 
 
 def test_shared_prefix_pages_share_keys_and_tokens() -> None:

@@ -43,6 +43,12 @@ def test_v32_geometry_figures() -> None:
     assert ModelShape().index_key_bytes == 256  # the bf16 default is unchanged
 
 
+def test_the_v32_geometry_carries_the_seed_it_is_given() -> None:
+    # (the sampled whole-suite run's engine/geometry.py:49:var:2 seeded it with `layers`)
+    assert [v32_model(8, "v3.2", seed=s).seed for s in (0, 3, 8)] == [0, 3, 8]
+    assert v32_model(4, "v3.2").seed == 0
+
+
 def test_weight_bytes_count_every_projection() -> None:
     m = v32_model(8, "v3.2")
     q = 7168 * 1536 + 1536 * 128 * 192

@@ -293,6 +293,14 @@ def test_parse_parse_error() -> None:
     assert "line 4, column 9" in out.reason
 
 
+def test_parse_exit_150_without_the_parsers_complaint() -> None:
+    # exit 150 alone says parse error; with no parser text to quote, the reason is TLC's
+    # own error line (tlc/output.py:75:reorder:0 read the complaint before finding it)
+    out = parse_output("TLC2 Version 2.18\nError: something odd\n", 150)
+    assert (out.result, out.parse_error, out.messages) == ("error", True, ["something odd"])
+    assert out.reason == "TLA+ parse or semantic error: something odd"
+
+
 def test_parse_deadlock() -> None:
     out = parse_output(DEADLOCK, 11)
     assert out.result == "violation"
