@@ -485,6 +485,8 @@ def test_spill_lands_only_on_release_with_bytes_as_of_enqueue() -> None:
     with pytest.raises(PendingHostWrite) as info:
         ex.read_host_rows(pools, np.array([0, 5], np.int64))
     assert (info.value.host_block, info.value.transfer_id) == (2, 7)
+    assert str(info.value) == ("host block 2 still has copy 7 queued into it; "
+                               "wait until completed() reports it")
     assert (ex.read_host_rows(pools, np.array([0, 3])) == pools.host[[0, 3]]).all()
     ex.release()
     assert ex.completed() == [7] and ex.completed() == []
