@@ -12,7 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hisparse.connectors.base import ChildOrderError, MalformedChildMessage
+from hisparse.connectors.base import (
+    ChildOrderError,
+    ConnectorError,
+    KVLayout,
+    MalformedChildMessage,
+)
 from hisparse.connectors.hisparse_child import HiSparseWorkerChild
 from hisparse.connectors.multi import MultiConnectorScheduler, MultiConnectorWorker
 from hisparse.connectors.wire import MULTI_MESSAGE, ChildBytes, MultiMessage
@@ -146,3 +151,15 @@ def test_the_real_children_compose_only_with_hisparse_first() -> None:
         MultiConnectorWorker([c.off_w, c.hs_w])
     with pytest.raises(ChildOrderError, match=r"\['hisparse', 'hs2'\] do"):
         MultiConnectorWorker([c.hs_w, c.off_w, HiSparseWorkerChild(c.port, KV, name="hs2")])
+
+
+def test_children_that_disagree_on_the_layout_are_named_before_their_order() -> None:
+    # two faults at once: the layout is named, then the order is checked on children
+    # that agree (multi.py:71:reorder:0 checked the order first)
+    late = Child("late", True)
+    odd = Child("odd", False)
+    odd._layout = KVLayout(block_tokens=KV.block_tokens * 2)
+    with pytest.raises(ConnectorError, match=r"disagree on the KV layout: odd requires"):
+        MultiConnectorScheduler([odd, late])
+    with pytest.raises(ChildOrderError, match=r"'late' may refuse"):
+        MultiConnectorScheduler([Child("first", False), late])

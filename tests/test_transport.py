@@ -508,6 +508,11 @@ def test_block_destinations_are_checked_before_anything_is_held(side: Side) -> N
         assert info.value.reason == "destination", why
         assert not handle.bound(0)
     tr.bind(handle, 0, [BlockDest("r", (base + 2 * PAGE,))])
+    # a bound or absent chunk is refused before its destinations are read (base.py's
+    # 188:reorder:4 read them first: an IndexError, or the claim's message)
+    for chunk, dest in ((0, base + 2 * PAGE), (0, base + 3 * PAGE), (2, base + 3 * PAGE)):
+        with pytest.raises(AnnouncementRefused, match=rf"chunk {chunk} is bound or absent"):
+            tr.bind(handle, chunk, [BlockDest("r", (dest,))])
     with pytest.raises(AnnouncementRefused):  # claimed by page 0 already
         tr.bind(handle, 1, [BlockDest("r", (base + 2 * PAGE,))])
     tr.bind(handle, 1, [BlockDest("r", (base,))])
