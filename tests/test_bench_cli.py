@@ -56,3 +56,34 @@ def test_bench_sizes_beyond_their_bound_are_refused_at_parse_time(
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert what in err[-1]
+
+
+def test_the_engine_bench_plots_beside_its_json_and_only_then(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # the engine itself needs torch and a GPU: a stand-in module takes its place, so the
+    # CLI's own rule is what runs (bench/cli.py:165:cmp:0 plotted only without a JSON)
+    import sys
+    import types
+
+    import hisparse.bench
+    from hisparse.bench.cli import _engine
+
+    calls: list[tuple[str, object]] = []
+    fake = types.ModuleType("hisparse.bench.engine")
+
+    def run(budget_gib: float) -> dict[str, int]:
+        calls.append(("run", budget_gib))
+        return {"figures": 1}
+
+    def plot(doc: dict[str, int], path: str) -> None:
+        calls.append(("plot", (doc, path)))
+
+    fake.run, fake.plot = run, plot  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hisparse.bench.engine", fake)
+    monkeypatch.setattr(hisparse.bench, "engine", fake, raising=False)
+    out = tmp_path / "engine.json"
+    assert _engine(argparse.Namespace(budget_gib=5.0, json=out)) == {"figures": 1}
+    assert calls == [("run", 5.0), ("plot", ({"figures": 1}, str(tmp_path / "engine.png")))]
+    calls.clear()
+    assert _engine(argparse.Namespace(budget_gib=7.0, json=None)) == {"figures": 1}
+    assert calls == [("run", 7.0)]
