@@ -352,6 +352,11 @@ def test_protocol_config_boundaries() -> None:
     ):
         with pytest.raises(ValueError):
             ProtocolConfig(**kwargs)  # type: ignore[arg-type]
+    # the writer is a rank: the last one is, one past it is not (constants.py:44:cmp:0)
+    base = {"gpu_blocks": 1, "host_pool_bytes": 2, "host_block_bytes": 2, "ranks": 3}
+    assert ProtocolConfig(**base, writer=2).writer == 2  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"writer 3 is not a rank of 0\.\.2"):
+        ProtocolConfig(**base, writer=3)  # type: ignore[arg-type]
 
     def rounded_up(c: ProtocolConfig) -> int:
         """The capacity the round_up_pool variant sizes the pool with."""

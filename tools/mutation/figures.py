@@ -83,6 +83,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/connectors/offloading.py:218:reorder:3": "attributes set in a raising __init__",
     "hisparse/indexer_sim.py:125:loop:0": "the test ignores r: every later one continues",
     "hisparse/engine/schedule.py:117:loop:2": "spill is None only with no room: so are later ones",
+    "spec/variants.py:93:none:2": "a Spill (NamedTuple of six) is always truthy",
     "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",
