@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.mutation.covermap import CoverMap, build, tree_digest
+from tools.mutation.covermap import CoverMap, build, shared_files, tree_digest
 from tools.mutation.mutants import Mutant, interleaved, mutants_of, mutated_source
 from tools.mutation.operators import OPERATORS, sites, splice
 from tools.mutation.reach import reach
@@ -374,3 +374,25 @@ def test_two_maps_of_one_tree_merge_into_the_union_of_their_tests() -> None:
     assert m.markers == "(not tlc and not gpu) or (tlc and not gpu)"
     with pytest.raises(ValueError, match="different trees"):
         a.merged(CoverMap([], [], {}, "another"))
+
+
+def test_a_test_of_a_file_that_shares_state_brings_its_whole_file() -> None:
+    # t.py's tests share a cached run: only the first recorded the lines it ran
+    cmap = CoverMap(["t.py::first", "t.py::later", "u.py::alone", "u.py::other"],
+                    [2.0, 1.0, 1.0, 1.0], {"m.py": {3: [0, 2]}}, "tree", shared=frozenset({"t.py"}))
+    assert cmap.tests_of("m.py", {3}) == ["u.py::alone", "t.py::first", "t.py::later"]
+
+
+def test_test_files_that_share_state_are_found_by_their_source(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    sources = {
+        "a": '@pytest.fixture(scope="module")\ndef run(): ...\n',
+        "b": "@lru_cache\ndef run(): ...\n",
+        "c": "@functools.cache\ndef run(): ...\n",
+        "d": "@pytest.fixture\ndef run(): ...\n",  # function scope: rebuilt per test
+    }
+    for name, text in sources.items():
+        (tmp_path / "tests" / f"test_{name}.py").write_text(text)
+    tests = [f"tests/test_{n}.py::t" for n in sources]
+    assert shared_files(tests, tmp_path) == {"tests/test_a.py", "tests/test_b.py",
+                                             "tests/test_c.py"}

@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,18 +59,19 @@ class CoverMap:
     lines: dict[str, dict[int, list[int]]]
     tree: str
     markers: str = FULL_MARKERS
+    shared: frozenset[str] = frozenset()
 
     @classmethod
     def load(cls, path: Path) -> CoverMap:
         doc = json.loads(path.read_text())
         lines = {f: {int(k): v for k, v in by.items()} for f, by in doc["lines"].items()}
         return cls(doc["tests"], doc["seconds"], lines, doc["tree"],
-                   doc.get("markers", FULL_MARKERS))
+                   doc.get("markers", FULL_MARKERS), frozenset(doc.get("shared", ())))
 
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps({"tree": self.tree, "markers": self.markers,
-                                    "tests": self.tests, "seconds": self.seconds,
-                                    "lines": self.lines}))
+                                    "shared": sorted(self.shared), "tests": self.tests,
+                                    "seconds": self.seconds, "lines": self.lines}))
 
     def merged(self, other: CoverMap) -> CoverMap:
         """One map of both maps' tests (of one tree; a test in both keeps this map's)."""
@@ -86,14 +88,18 @@ class CoverMap:
                 for n, ran in by.items():
                     out[n] = sorted({*out.get(n, ()), *(index[m.tests[i]] for i in ran)})
         return CoverMap(tests, [seconds[t] for t in tests], lines, self.tree,
-                        f"({self.markers}) or ({other.markers})")
+                        f"({self.markers}) or ({other.markers})", self.shared | other.shared)
 
     def tests_of(self, file: str, lines: set[int]) -> list[str]:
         """The tests that ran any of ``lines`` of ``file``, the quickest first (with
-        ``-x`` the first failure ends the run, so a killed mutant is told soonest)."""
+        ``-x`` the first failure ends the run, so a killed mutant is told soonest); then
+        every other test of a ``shared`` file among them, the quickest first."""
         by = self.lines.get(file, {})
         found = {i for n in lines for i in by.get(n, ())}
-        return [self.tests[i] for i in sorted(found, key=lambda i: (self.seconds[i], i))]
+        files = {self.tests[i].split("::", 1)[0] for i in found} & self.shared
+        more = {i for i, t in enumerate(self.tests) if t.split("::", 1)[0] in files} - found
+        return [self.tests[i] for group in (found, more)
+                for i in sorted(group, key=lambda i: (self.seconds[i], i))]
 
     def seconds_of(self, tests: list[str]) -> float:
         index = {t: i for i, t in enumerate(self.tests)}
@@ -151,6 +157,20 @@ def build(out: Path, tests: list[str] | None = None,
     return cmap
 
 
+# a test module whose tests share state: a fixture above function scope, or a cache
+_SHARING = re.compile(r"""scope=["'](?:module|class|package|session)["']|lru_cache|"""
+                      r"""functools\.cache\b|^@cache\b""", re.M)
+
+
+def shared_files(tests: list[str], root: Path = ROOT) -> frozenset[str]:
+    """The test files whose tests share state across tests (``_SHARING``). Coverage
+    records a shared fixture's or cache's lines under the first test that built it
+    only; a later test that reads the result ran none of them, so the map alone would
+    leave it out. A mutant that selects any test of such a file runs them all."""
+    files = {t.split("::", 1)[0] for t in tests}
+    return frozenset(f for f in files if _SHARING.search((root / f).read_text()))
+
+
 def _read(data_file: Path, seconds: dict[str, float], digest: str, markers: str) -> CoverMap:
     from coverage import CoverageData
 
@@ -167,7 +187,8 @@ def _read(data_file: Path, seconds: dict[str, float], digest: str, markers: str)
             if ran:
                 by[line] = ran
         lines[rel] = by
-    return CoverMap(tests, [seconds[t] for t in tests], lines, digest, markers)
+    return CoverMap(tests, [seconds[t] for t in tests], lines, digest, markers,
+                    shared_files(tests))
 
 
 def main(argv: list[str] | None = None) -> int:
