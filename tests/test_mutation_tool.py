@@ -324,6 +324,11 @@ def test_the_map_records_lines_run_in_a_child_process_under_its_test(
     assert child_map.tests and all(t.startswith("tests/test_workerproc.py::")
                                    for t in child_map.tests)
     assert len(child_map.seconds) == len(child_map.tests)
+    # ...and a line run at import is known as one, a function called at import included
+    models = (ROOT / "hisparse/models.py").read_text().splitlines()
+    called = next(i for i, line in enumerate(models, 1) if "full = [i < 3" in line)
+    assert child_map.at_import("hisparse/models.py", {called})
+    assert not child_map.at_import("hisparse/workerproc.py", body)
 
 
 def test_a_mutant_in_a_body_is_decided_by_the_tests_that_run_it(planted: Mutant) -> None:

@@ -98,7 +98,8 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def select(args: argparse.Namespace) -> tuple[list[Mutant], list[Mutant]]:
+def select(args: argparse.Namespace, cover: CoverMap | None = None
+           ) -> tuple[list[Mutant], list[Mutant]]:
     """(every generated mutant of the files ``--only`` can match, the selection to run,
     interleaved over files)."""
     files = [f for f in TARGETS
@@ -112,18 +113,23 @@ def select(args: argparse.Namespace) -> tuple[list[Mutant], list[Mutant]]:
     if args.no_tlc_guards:
         chosen = [m for m in chosen if not TARGETS[m.file].tlc]
     order = interleaved(chosen, tuple(args.first.split(",")))
-    if args.cover_map:
+    if cover is not None:
         # edits that run at import need the whole suite when they survive their guards:
-        # the cheap ones (in function bodies, decided by the map) go first
-        runtime = runtime_ids(order)
+        # the cheap ones (run only when called, decided by the map) go first
+        runtime = runtime_ids(order, cover)
         order = [m for m in order if m.id in runtime] + \
                 [m for m in order if m.id not in runtime]
     return every, order
 
 
-def runtime_ids(mutants: list[Mutant]) -> set[str]:
+def runtime_ids(mutants: list[Mutant], cover: CoverMap) -> set[str]:
     sources = {f: (ROOT / f).read_text() for f in {m.file for m in mutants}}
-    return {m.id for m in mutants if reach(m, sources[m.file]).runtime}
+    out = set()
+    for m in mutants:
+        r = reach(m, sources[m.file])
+        if r.runtime and not cover.at_import(m.file, r.lines):
+            out.add(m.id)
+    return out
 
 
 def _counts(mutants: list[Mutant], key: str) -> dict[str, int]:
@@ -146,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mutate: {args.cover_map} was made from another tree (tests or code "
                   "changed since): build it again", file=sys.stderr)
             return 2
-    every, mutants = select(args)
+    every, mutants = select(args, cover)
     if args.list:
         for m in mutants:
             print(f"{m.id}\t{m.before}")

@@ -6,8 +6,11 @@ records, for every line of every target, the non-TLC tests that ran it (one meas
 of the whole non-TLC suite, every process under coverage, each under the test that started
 it: ``covhook/sitecustomize.py`` and ``covplugin.py``). Running those tests is then the
 whole suite for that mutant, in a fraction of its time. An edit outside every function
-body (a constant, a default, a decorator, a class body) runs at import, under no test: the
-map cannot narrow it, and such a mutant keeps the guards-then-whole-suite order.
+body (a constant, a default, a decorator, a class body), or in a function that runs at
+import (``imported``: the lines a fresh import of every target runs), acts before any test
+runs: the map cannot narrow it, and such a mutant keeps the guards-then-whole-suite order.
+A test file whose tests share state (a fixture above function scope, a cache) comes whole:
+coverage records shared lines under the test that ran them first only (``shared``).
 
 Build it once per tree (the tests and the code it was made from must not change since);
 the model-checking tests can be mapped apart and merged in:
@@ -28,11 +31,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.mutation.runner import FULL_MARKERS, ROOT, full_suite_args, tree_files
-from tools.mutation.targets import FULL_SUITE_IGNORES, SOURCE_DIRS
+from tools.mutation.runner import (
+    FULL_MARKERS,
+    ROOT,
+    Scratch,
+    full_suite_args,
+    module_name,
+    tree_files,
+)
+from tools.mutation.targets import FULL_SUITE_IGNORES, SOURCE_DIRS, TARGETS
 
 HOOK = Path(__file__).resolve().parent / "covhook"
 
@@ -60,17 +70,20 @@ class CoverMap:
     tree: str
     markers: str = FULL_MARKERS
     shared: frozenset[str] = frozenset()
+    imported: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> CoverMap:
         doc = json.loads(path.read_text())
         lines = {f: {int(k): v for k, v in by.items()} for f, by in doc["lines"].items()}
         return cls(doc["tests"], doc["seconds"], lines, doc["tree"],
-                   doc.get("markers", FULL_MARKERS), frozenset(doc.get("shared", ())))
+                   doc.get("markers", FULL_MARKERS), frozenset(doc.get("shared", ())),
+                   doc.get("imported", {}))
 
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps({"tree": self.tree, "markers": self.markers,
-                                    "shared": sorted(self.shared), "tests": self.tests,
+                                    "shared": sorted(self.shared), "imported": self.imported,
+                                    "tests": self.tests,
                                     "seconds": self.seconds, "lines": self.lines}))
 
     def merged(self, other: CoverMap) -> CoverMap:
@@ -88,7 +101,8 @@ class CoverMap:
                 for n, ran in by.items():
                     out[n] = sorted({*out.get(n, ()), *(index[m.tests[i]] for i in ran)})
         return CoverMap(tests, [seconds[t] for t in tests], lines, self.tree,
-                        f"({self.markers}) or ({other.markers})", self.shared | other.shared)
+                        f"({self.markers}) or ({other.markers})", self.shared | other.shared,
+                        self.imported)
 
     def tests_of(self, file: str, lines: set[int]) -> list[str]:
         """The tests that ran any of ``lines`` of ``file``, the quickest first (with
@@ -100,6 +114,11 @@ class CoverMap:
         more = {i for i, t in enumerate(self.tests) if t.split("::", 1)[0] in files} - found
         return [self.tests[i] for group in (found, more)
                 for i in sorted(group, key=lambda i: (self.seconds[i], i))]
+
+    def at_import(self, file: str, lines: set[int]) -> bool:
+        """Whether any of ``lines`` runs when ``file`` is imported (a function called at
+        import included): then no map can say which tests see the edit."""
+        return not lines.isdisjoint(self.imported.get(file, ()))
 
     def seconds_of(self, tests: list[str]) -> float:
         index = {t: i for i, t in enumerate(self.tests)}
@@ -124,24 +143,24 @@ def tree_digest(root: Path = ROOT) -> str:
 def build(out: Path, tests: list[str] | None = None,
           markers: str = FULL_MARKERS) -> CoverMap:
     """Run the whole non-TLC suite (or ``tests``, or other ``markers``) once, every process
-    measured; write and return the map."""
+    measured, in a scratch copy of the tree (as the mutants run: the working tree may
+    change meanwhile); write and return the map."""
+    files = tree_files()
     digest = tree_digest()
-    with tempfile.TemporaryDirectory(prefix="hisparse-covmap-") as tmp:
+    with Scratch(files) as s, tempfile.TemporaryDirectory(prefix="hisparse-covmap-") as tmp:
         t = Path(tmp)
         rc = t / "coveragerc"
-        sources = "\n".join(f"    {ROOT / d}" for d in SOURCE_DIRS)
+        sources = "\n".join(f"    {s.root / d}" for d in SOURCE_DIRS)
         rc.write_text(_RC.format(data=t / "cov", sources=sources))
         seconds_file = t / "seconds.json"
-        env = {**os.environ, "HISPARSE_COVMAP_RC": str(rc),
+        env = {**s.env, "HISPARSE_COVMAP_RC": str(rc),
                "HISPARSE_COVMAP_SECONDS": str(seconds_file),
-               "PYTHONPATH": os.pathsep.join([str(HOOK), str(ROOT),
-                                              os.environ.get("PYTHONPATH", "")]).rstrip(":")}
-        env.pop("CI", None)
+               "PYTHONPATH": os.pathsep.join([str(HOOK), s.env["PYTHONPATH"]])}
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "-p", "tools.mutation.covplugin", "-m", markers,
                "--hypothesis-seed=0", *(tests or full_suite_args())]
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False)
+        proc = subprocess.run(cmd, cwd=s.root, env=env, check=False)
         took = time.monotonic() - t0
         timing = json.loads(seconds_file.read_text())
         if proc.returncode != 0 or timing["not_passed"]:
@@ -149,12 +168,38 @@ def build(out: Path, tests: list[str] | None = None,
                              f"(exit {proc.returncode}): {timing['not_passed']}")
         subprocess.run([sys.executable, "-m", "coverage", "combine", "-q",
                         f"--rcfile={rc}", f"--data-file={t / 'cov'}"],
-                       cwd=t, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
-        cmap = _read(t / "cov", timing["seconds"], digest, markers)
+                       cwd=t, env=s.env, check=True)
+        cmap = _read(t / "cov", s.root, timing["seconds"], digest, markers,
+                     imported_lines(s))
     cmap.dump(out)
     print(f"coverage map of {len(cmap.tests)} tests in {took:.0f} s written to {out}",
           file=sys.stderr)
     return cmap
+
+
+_IMPORT_PROBE = """\
+import importlib, json, sys
+import coverage
+cov = coverage.Coverage(data_file=None, source=sys.argv[1].split(","))
+cov.start()
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+cov.stop()
+data = cov.get_data()
+print(json.dumps({f: sorted(data.lines(f) or ()) for f in data.measured_files()}))
+"""
+
+
+def imported_lines(s: Scratch) -> dict[str, list[int]]:
+    """The lines of the targets that run when they are imported (in a fresh process):
+    module and class bodies, and the bodies of functions called at import. An edit on
+    such a line acts before any test runs, so the map cannot narrow its tests."""
+    sources = ",".join(str(s.root / d) for d in SOURCE_DIRS)
+    names = [module_name(f) for f in sorted(TARGETS)]
+    out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, sources, *names],
+                         cwd=s.root, env=s.env, capture_output=True, text=True, check=True)
+    return {Path(f).relative_to(s.root).as_posix(): lines
+            for f, lines in json.loads(out.stdout).items()}
 
 
 # a test module whose tests share state: a fixture above function scope, or a cache
@@ -171,7 +216,8 @@ def shared_files(tests: list[str], root: Path = ROOT) -> frozenset[str]:
     return frozenset(f for f in files if _SHARING.search((root / f).read_text()))
 
 
-def _read(data_file: Path, seconds: dict[str, float], digest: str, markers: str) -> CoverMap:
+def _read(data_file: Path, root: Path, seconds: dict[str, float], digest: str, markers: str,
+          imported: dict[str, list[int]]) -> CoverMap:
     from coverage import CoverageData
 
     data = CoverageData(basename=str(data_file))
@@ -180,7 +226,7 @@ def _read(data_file: Path, seconds: dict[str, float], digest: str, markers: str)
     index = {t: i for i, t in enumerate(tests)}
     lines: dict[str, dict[int, list[int]]] = {}
     for path in data.measured_files():
-        rel = Path(path).resolve().relative_to(ROOT.resolve()).as_posix()
+        rel = Path(path).relative_to(root).as_posix()
         by: dict[int, list[int]] = {}
         for line, contexts in data.contexts_by_lineno(path).items():
             ran = sorted({index[c] for c in contexts if c in index})
@@ -188,7 +234,7 @@ def _read(data_file: Path, seconds: dict[str, float], digest: str, markers: str)
                 by[line] = ran
         lines[rel] = by
     return CoverMap(tests, [seconds[t] for t in tests], lines, digest, markers,
-                    shared_files(tests))
+                    shared_files(tests, root), imported)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -189,7 +189,7 @@ class Limits:
 def run_mutant(m: Mutant, files: list[str], limits: Limits, full: bool = True,
                guard: Guard | None = None, cover: CoverMap | None = None) -> Outcome:
     """One mutant in its own scratch copy. With a coverage map and an edit that runs only
-    when called: the tests that run its lines (the whole suite for it), then, for a
+    when called, never at import: the tests that run its lines (the whole suite for it), then, for a
     module guarded only by model checking, those guards. Otherwise its guards, then (if
     it survives them and ``full``) the whole non-TLC suite."""
     g = guard or TARGETS[m.file]
@@ -199,7 +199,7 @@ def run_mutant(m: Mutant, files: list[str], limits: Limits, full: bool = True,
         s.write(m.file, mutated_source(m, source))
         if cover is not None:
             r = reach(m, source)
-            if r.runtime:
+            if r.runtime and not cover.at_import(m.file, r.lines):
                 return _by_cover(s, m, g, cover, cover.tests_of(m.file, r.lines), limits, t0)
         run = s.run_tests(list(g.tests), guard_markers(g), limits.of(g))
         phase = "guard"
