@@ -187,3 +187,24 @@ def test_a_topk_below_minus_one_is_named_by_its_own_position() -> None:
     with pytest.raises(BadBatch, match=r"entry 0 position 1: topk -2 is below -1"):
         ex.resolve(pools, batch(topk=np.array([[-1, -2]], np.int32)))
     assert state(pools) == before
+
+
+@pytest.mark.parametrize(("cls", "what", "advice"), [
+    ("StaleStep", "the launch's step did not exceed the last completed launch's step on "
+     "these pools (a graph replay without a new step)",
+     "raise the step before every launch; the pools are unchanged"),
+    ("LaunchConflict", "another launch held these pools (concurrent launches on one cache, "
+     "or a launch that never finished)",
+     "every launch on these pools refuses until CudaExecutor.recover(pools)"),
+    ("CopyWaitExpired", "a copy helper waited too long for a miss plan and skipped its copies",
+     "the hot rows may be incomplete: CudaExecutor.recover(pools)"),
+])
+def test_a_refused_launch_says_how_many_blocks_why_and_what_to_do(
+        cls: str, what: str, advice: str) -> None:
+    # the CUDA executor raises these from the device's report; their words are the
+    # engine's only clue (executor/errors.py:102:call:4 left LaunchConflict without them)
+    from hisparse.executor import errors
+
+    err = getattr(errors, cls)(3)
+    assert isinstance(err, errors.LaunchRefused) and err.blocks == 3
+    assert str(err) == f"3 resolver block(s) refused: {what}; {advice}"

@@ -86,3 +86,12 @@ def test_the_bare_transport_implements_no_hook_and_registers_nothing() -> None:
     with pytest.raises(NotImplementedError):
         tr.register(np.zeros(PAGE, np.uint8))
     assert tr.regions == {}
+
+
+@pytest.mark.parametrize(("chunk_pages", "window"), [(0, 1), (1, 0), (0, 0), (-1, 2)])
+def test_a_transport_needs_a_positive_chunk_and_window(chunk_pages: int, window: int) -> None:
+    # each is checked (transport/base.py:92:var:0 checked the window twice)
+    with pytest.raises(ValueError, match=rf"^chunk pages and window must be positive: "
+                                         rf"{chunk_pages}, {window}$"):
+        Transport(StagingPool(PAGE, 1, PAGE), chunk_pages=chunk_pages, window=window)
+    assert Transport(StagingPool(PAGE, 1, PAGE), chunk_pages=2, window=3).window == 3

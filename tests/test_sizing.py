@@ -88,6 +88,11 @@ def test_plan_refuses_what_an_engine_refuses_at_startup() -> None:
         plan(g, gpu_kv_gib=100, host_gib=(one - 1) / GIB, contexts=(131072,),
              machine_ram=1024 * GIB)
     plan(g, gpu_kv_gib=100, host_gib=one / GIB, contexts=(131072,), machine_ram=1024 * GIB)
+    # no context, or one under a token: refused by name (sizing/plan.py:99:bool:0 let
+    # a 0 through and met no context with min()'s own error)
+    for contexts in ((), (0,), (8192, 0)):
+        with pytest.raises(PlanRefused, match=r"^give at least one context length of 1 token"):
+            plan(g, gpu_kv_gib=100, host_gib=95, contexts=contexts, machine_ram=100 * GIB)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -47,6 +47,14 @@ def test_frames_round_trip_and_bad_ones_are_named() -> None:
             unpack(bad)
     with pytest.raises(FrameError, match="not <f8"):
         pack("x", None, [np.zeros(1)])
+    # every dimension of an array is checked, not one (workerwire.py:68:collection:0)
+    ok = pack("x", {}, [np.zeros((2, 3), np.int64)])
+    n = int.from_bytes(ok[:4], "little")
+    for shape in (b"[2, -3]", b"[-2, 3]", b'[2, "3"]', b"[2, 3.0]"):
+        header = ok[4:4 + n].replace(b"[2, 3]", shape)
+        bad = len(header).to_bytes(4, "little") + header + ok[4 + n:]
+        with pytest.raises(FrameError, match=r"^bad array in frame: <i8 \["):
+            unpack(bad)
 
 
 def test_a_worker_process_answers_as_bytes_and_refuses_typed() -> None:

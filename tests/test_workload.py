@@ -38,6 +38,10 @@ def test_mooncake_pages_share_keys_exactly_when_hash_blocks_match() -> None:
     assert [x.step for x in fast] == [0, 0, 1] and len(fast[2].page_keys) == 4
     capped = mooncake(DATA, MooncakeShape(100, 1.0, 64, max_decode=10))
     assert max(x.decode_steps for x in capped) == 10
+    # a cap of 0 is a cap too: every request decodes its one least step
+    # (workload.py:132:none:0 read 0 as no cap)
+    assert {x.decode_steps for x in mooncake(DATA, MooncakeShape(100, 1.0, 64, max_decode=0))} \
+        == {1}
 
 
 @pytest.mark.parametrize(
@@ -108,6 +112,9 @@ def test_engine_trace_rows_name_the_bad_line(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     for bad, words in (("[" * 100_000, "not JSON"), ('{"input_length": 1}', "output_length"),
                        ('{"input_length": 1, "output_length": 2, "hash_ids": [1.5]}',
+                        "hash_ids"),
+                       # one bad id among good ones (engine/workload.py:167:collection:0)
+                       ('{"input_length": 1, "output_length": 2, "hash_ids": [0, true]}',
                         "hash_ids")):
         path.write_text('{"input_length": 1, "output_length": 2, "hash_ids": [0]}\n'
                         + bad + "\n")
