@@ -87,3 +87,41 @@ def test_the_engine_bench_plots_beside_its_json_and_only_then(
     calls.clear()
     assert _engine(argparse.Namespace(budget_gib=7.0, json=None)) == {"figures": 1}
     assert calls == [("run", 7.0)]
+
+
+@pytest.mark.parametrize("equal", [True, False])
+def test_the_staging_bench_prints_each_path_and_fails_when_bytes_differ(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], equal: bool) -> None:
+    # the bench itself needs CuPy and a GPU: a stand-in module returns its document, so
+    # the CLI's own report and verdict run (bench/cli.py:421:not:0 failed equal bytes)
+    import sys
+    import types
+
+    import hisparse.bench
+    from hisparse.bench.cli import BenchFailed, _pd_staging
+
+    fake = types.ModuleType("hisparse.bench.pdstaging")
+    paths = ("batched", "per_block", "import_path")
+    shape = {"pages": 2, "layers": 1, "block_bytes": 2048, "bytes": 4096, "staging_slots": 1,
+             "bulk_d2h_GBps": 50.0, **{p: {"GBps": 25.0, "vs_bulk": 0.5,
+                                            "enqueue_host_us_per_page": 1.5,
+                                            "bytes_equal": equal} for p in paths}}
+    doc = {"environment": "H200 stand-in", "shapes": [shape], "bytes_equal": equal}
+    fake.PATHS = paths  # type: ignore[attr-defined]
+    fake.run = lambda **kw: doc  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hisparse.bench.pdstaging", fake)
+    monkeypatch.setattr(hisparse.bench, "pdstaging", fake, raising=False)
+    args = argparse.Namespace(pages=2, layers=1, block_tokens=64, row_bytes=[16],
+                              staging_slots=1, reps=1)
+    if equal:
+        assert _pd_staging(args) is doc
+    else:
+        with pytest.raises(BenchFailed, match="staged host blocks differ from the source pages"):
+            _pd_staging(args)
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["H200 stand-in", "2 pages x 1 caches, blocks of 2.0 KiB, 0.0 MB, "
+                       "1 slots: bulk D2H 50.0 GB/s"]
+    assert [line.split()[0] for line in out[2:]] == list(paths)
+    assert all(line.endswith(f"bytes equal {equal}") for line in out[2:])
+    with pytest.raises(BenchFailed, match=r"multiples of 16, got \[8\]"):
+        _pd_staging(argparse.Namespace(**{**vars(args), "row_bytes": [16, 8]}))

@@ -130,6 +130,12 @@ def test_mooncake_workload_puts_the_longest_first_and_clips(tmp_path: Path) -> N
     a, b, c = reqs[2], reqs[3], reqs[4]
     assert a.page_keys[:16] == b.page_keys[:16] == c.page_keys[:16]
     assert np.array_equal(a.prompt[:1024], c.prompt[:1024])
+    # a prompt of exactly long_context tokens is a long one (engine/workload.py:125:cmp:3)
+    longest = 131072 - 50 - 2 - 1
+    for bound, first in ((110_000, [longest, 110_000, 9000]), (110_001, [longest, 9000, 8192])):
+        got = mooncake_requests(shape, vocab=1000, count=5, path=trace, arrivals_per_step=2,
+                                long_context=bound)
+        assert [len(r.prompt) for r in got][:3] == first
     with pytest.raises(EngineConfigError, match="trace is not at"):
         mooncake_requests(shape, vocab=1000, count=1, path=tmp_path / "missing.jsonl")
 

@@ -211,8 +211,13 @@ def test_compiled_table_agrees_with_transitions(lc: Lifecycle) -> None:
             except MachineError:
                 expected = None
             if expected is None:
-                with pytest.raises(IllegalTransition):
+                with pytest.raises(IllegalTransition) as err:
                     lc.next(state, trigger)
+                # the refusal names the lifecycle, the state and the trigger, each in its
+                # own field (errors.py:72:var:11 stored the state as the lifecycle)
+                assert (err.value.machine, err.value.state, err.value.trigger) == \
+                    (lc.name, state, trigger)
+                assert str(err.value) == f"{lc.name}: no transition {trigger!r} from state {state!r}"
             else:
                 assert lc.next(state, trigger) == expected
 

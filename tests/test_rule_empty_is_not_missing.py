@@ -9,6 +9,7 @@ and before the first action, with one rank and with two.
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.machine import ProtocolMachine
@@ -34,4 +35,13 @@ def test_a_machine_without_recording_is_refused() -> None:
     m = ProtocolMachine.create(ProtocolConfig(gpu_blocks=3, host_pool_bytes=9,
                                               host_block_bytes=2))
     with pytest.raises(ValueError, match="record=True"):
+        machine_trace(m)
+
+
+def test_a_recording_machine_with_nothing_declared_is_refused_for_that() -> None:
+    # an empty registry is not a missing one (record.py:19:none:1 read it as "not
+    # recording"): the refusal is the header's, which needs one request
+    m = ProtocolMachine.create(ProtocolConfig(gpu_blocks=3, host_pool_bytes=9,
+                                              host_block_bytes=2), record=True)
+    with pytest.raises(ValidationError, match=r"requests\n  Dictionary should have at least 1"):
         machine_trace(m)

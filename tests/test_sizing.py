@@ -13,7 +13,7 @@ import pytest
 
 from hisparse import cli
 from hisparse.config import GIB, HiSparseConfig
-from hisparse.models import MLA_FP8_ROW_BYTES, MODELS, ModelGeometry
+from hisparse.models import MLA_FP8_ROW_BYTES, MODELS, ModelGeometry, model
 from hisparse.simulate import build_workload
 from hisparse.sizing import baseline
 from hisparse.sizing.plan import PlanRefused, plan
@@ -43,6 +43,10 @@ def test_published_geometry() -> None:
     owners = [i for i, lead in enumerate(glm.index_leaders) if i == lead]
     assert owners == [0, 1, 2, *range(6, 75, 4)] and glm.indexers == 21
     assert glm.index_leaders[5] == 2 and glm.index_leaders[77] == 74
+    assert model("glm-5.2") is glm
+    with pytest.raises(ValueError, match=r"^unknown model 'nope'; choose one of "
+                                         r"deepseek-v3\.2, glm-5\.2"):
+        model("nope")  # (models.py:100:raise:0: no test asked for an unknown one)
     for g in MODELS.values():  # the config accepts every model's leaders and rows
         HiSparseConfig(host_pool_blocks=1, row_bytes=g.row_bytes, layers=g.layers,
                        index_leaders=g.index_leaders, block_tokens=g.block_tokens)
@@ -166,6 +170,11 @@ def test_sizing_replay_accounting_equals_reference(check: bool) -> None:
     assert _without_sizes(acc.hisparse) == _without_sizes(ref.hisparse)
     assert acc.disabled == ref.disabled
     assert acc.waits_on == ref.waits_on
+    # one admission wait per request on each side, none negative, some queued
+    # (replay.py:114:call:3 recorded none: both sides' lists were equal and empty)
+    for waits in (acc.waits_on, acc.waits_off):
+        assert len(waits) == on["finished"] == tiny().requests
+        assert min(waits) >= 0 and max(waits) > 0
 
 
 def test_sizing_replay_side_by_side_cli(tmp_path: Path,
