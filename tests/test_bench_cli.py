@@ -125,3 +125,22 @@ def test_the_staging_bench_prints_each_path_and_fails_when_bytes_differ(
     assert all(line.endswith(f"bytes equal {equal}") for line in out[2:])
     with pytest.raises(BenchFailed, match=r"multiples of 16, got \[8\]"):
         _pd_staging(argparse.Namespace(**{**vars(args), "row_bytes": [16, 8]}))
+
+
+def test_the_nixl_bench_times_within_its_own_run_and_lands_equal_bytes() -> None:
+    # every figure is a median of intervals inside the call, so each is at most the
+    # call's own wall time (bench/nixl.py:122:arith:8 added its start instead); the
+    # staged path's peak stays within its slots. No timing is compared with any bound
+    # but the call's own.
+    import time
+
+    from hisparse.bench.nixl import run
+
+    t0 = time.perf_counter()
+    doc = run(total_mib=1, page_kib=64, chunk_pages=2, reps=2, staging_slots=4)
+    wall = time.perf_counter() - t0
+    assert doc["pages"] == 16 and doc["bytes"] == 1 << 20
+    for key in ("nixl_read_s", "memcpy_s", "staged_import_s"):
+        assert 0 < doc[key] <= wall, (key, doc[key], wall)
+    assert doc["staged_import_GBps"] == doc["bytes"] / doc["staged_import_s"] / 1e9
+    assert 1 <= doc["staging_peak"] <= doc["staging_slots"] == 4

@@ -40,3 +40,35 @@ def test_publish_at_enqueued_closes_the_transfer_at_its_completed_ack(h: int) ->
     m.ConsumeMeta(0)  # the completed ack: only closes the transfer
     assert s.spill[h] is None
     assert s.host_state[h] == "valid" and s.loc[("r0", 1)] == ("host", h)
+
+
+def _two_ranks(bug: str) -> ProtocolMachine:
+    cfg = ProtocolConfig(gpu_blocks=3, host_pool_bytes=9, host_block_bytes=2, ranks=2, bug=bug)
+    m = ProtocolMachine.create(cfg, check=False)
+    for r, keys in UNIVERSE.items():
+        m.add_request(r, keys)
+    return m
+
+
+@pytest.mark.parametrize("aborted", [False, True])
+def test_abort_frees_after_one_rank_done_deviates_only_for_an_aborted_request(
+        aborted: bool) -> None:
+    """The variant frees an aborted request's destination at the first rank's completed
+    ack; a running request's spill follows the protocol (variants.py:93:bool:1 freed
+    every destination there)."""
+    states = []
+    for bug in ("none", "abort_frees_after_one_rank_done"):
+        m = _two_ranks(bug)
+        m.Arrive("r0")
+        tid = m.StartSpill(("r0", 1), 2)
+        for w in (0, 1):
+            m.WorkerEnqueue(tid, w)
+            m.WorkerReport(w)
+            m.ConsumeMeta(w)
+        if aborted:
+            m.Abort("r0")
+        m.WorkerComplete(2, 0)
+        m.WorkerReport(0)
+        m.ConsumeMeta(0)  # the first rank's completed ack
+        states.append(m.state.host_state[2])
+    assert states == (["leased", "free"] if aborted else ["leased", "leased"])

@@ -212,3 +212,24 @@ def test_generated_docs_are_in_sync() -> None:
     assert docs.stale() == [], "run `hisparse docs` and commit docs/"
     committed = json.loads((docs.repo_root() / "docs/trace.schema.json").read_text())
     assert committed == trace_json_schema()
+
+
+def test_the_docs_command_checks_and_writes_a_checkout_and_refuses_a_wheel(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    # an empty checkout: every generated file is stale, written once, then fresh
+    # (cli.py:311:cmp:3 refused every checkout as a wheel; the wheel test ran the other side)
+    import hisparse.cli as cli
+
+    monkeypatch.setattr(cli.docs, "checkout_root", lambda: tmp_path)
+    files = list(docs.GENERATED)  # (in the order the command goes)
+    assert cli.main(["docs", "--check"]) == 1
+    assert capsys.readouterr().out.splitlines() == [f"stale: {f}" for f in files]
+    assert cli.main(["docs"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"wrote {f}" for f in files]
+    for f in files:
+        assert (tmp_path / f).read_text(encoding="utf-8") == docs.GENERATED[f]()
+    assert cli.main(["docs", "--check"]) == 0 and capsys.readouterr().out == ""
+    monkeypatch.setattr(cli.docs, "checkout_root", lambda: None)
+    assert cli.main(["docs"]) == 2
+    assert "installed from a wheel" in capsys.readouterr().err

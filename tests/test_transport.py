@@ -286,6 +286,9 @@ def test_leases_of_another_request_are_refused(side: Side) -> None:
         with pytest.raises(AnnouncementRefused) as info:
             tr.begin(req, ann, leases)
         assert info.value.reason == "destination"
+    # no leases at all is too few too, not "no leases given" (base.py:152:none:4)
+    with pytest.raises(AnnouncementRefused, match="0 leases for 2 pages"):
+        tr.begin(req, ann, [])
     assert not tr.live and not pool.buffer.any() and pool.in_use == 3
     pool.release(theirs + mine)
     assert pool.in_use == 0

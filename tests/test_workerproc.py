@@ -121,3 +121,14 @@ def test_a_failing_run_leaves_no_worker_process(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(RuntimeError, match="engine crashed"):
         sim.run()
     assert not any(p.is_alive() for p in ours)
+
+
+def test_a_closed_worker_process_is_let_exit_on_its_own() -> None:
+    # close asks the child to exit and waits for it: a clean exit (0), not a SIGTERM
+    # (workerproc.py:137:call:2 terminated the child as soon as it had answered)
+    w = ProcessWorker(0, CONFIG, gpu_blocks=4, slots=2, executor="reference", max_positions=16)
+    w.admit("r", [("gpu", 0)])
+    w.close()
+    assert not w._proc.is_alive() and w._proc.exitcode == 0
+    w.close()  # a second close does nothing
+    assert w._proc.exitcode == 0
