@@ -144,3 +144,48 @@ def test_the_nixl_bench_times_within_its_own_run_and_lands_equal_bytes() -> None
         assert 0 < doc[key] <= wall, (key, doc[key], wall)
     assert doc["staged_import_GBps"] == doc["bytes"] / doc["staged_import_s"] / 1e9
     assert 1 <= doc["staging_peak"] <= doc["staging_slots"] == 4
+
+
+def test_the_resolver_bench_prints_every_shape_in_full(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # the bench needs CuPy and a GPU: a stand-in returns its document, and the CLI's own
+    # report runs (bench/cli.py:125:arith:0 broke the phases line)
+    import sys
+    import types
+
+    import hisparse.bench
+    from hisparse.bench.cli import _resolver
+
+    base = {"batch": 8, "miss_rate": 0.05, "placement": "random", "fused_us": 12.5,
+            "fused_GBps": 40.0, "gather_us": 25.0, "fraction_of_gather": 0.5,
+            "gather_sorted_GBps": 30.0, "phases_us": {"claim": 1.0, "copy": 2.5},
+            "floors_us": {"launch_us": 3.0, "claim_us": 4.0}}
+    full = {**base, "batch": 64, "fused_unsorted_us": 20.0, "fused_unsorted_GBps": 35.0,
+            "torch_us": 50.0, "speedup_vs_torch": 4.0, "torch_agrees": True}
+    doc: dict[str, object] = {"environment": "H200 stand-in", "bulk_h2d": {"GBps": 55.5},
+                              "shapes": [base, full]}
+    calls: list[dict[str, object]] = []
+    fake = types.ModuleType("hisparse.bench.resolver")
+
+    def run(**kw: object) -> dict[str, object]:
+        calls.append(kw)
+        return doc
+
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hisparse.bench.resolver", fake)
+    monkeypatch.setattr(hisparse.bench, "resolver", fake, raising=False)
+    args = argparse.Namespace(batches=["8", "64"], miss_rates=[0.05], reps=3, no_torch=False,
+                              no_flush=True, placements=["random"], context=1024)
+    assert _resolver(args) is doc
+    assert calls == [{"batches": (8, 64), "miss_rates": (0.05,), "reps": 3, "with_torch": True,
+                      "flush_l2": False, "placements": ("random",), "context": 1024}]
+    phases = "       phases (block 0, µs): claim 1.0, copy 2.5"
+    floors = "       floors (µs): empty launch 3.0, claim and release only 4.0"
+    assert capsys.readouterr().out.splitlines() == [
+        "H200 stand-in", "bulk H2D 55.5 GB/s",
+        "B=8    miss=0.05   random      fused     12.5 µs   40.0 GB/s | gather     25.0 µs"
+        " (50% of it), in address order  30.0 GB/s", phases, floors,
+        "B=64   miss=0.05   random      fused     12.5 µs   40.0 GB/s | gather     25.0 µs"
+        " (50% of it), in address order  30.0 GB/s | unsorted  35.0 GB/s torch      50.0 µs"
+        " (  4.0x, agrees=True)", phases, floors,
+    ]

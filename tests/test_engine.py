@@ -262,6 +262,9 @@ def test_indexer_offload_falls_back_to_no_hit_when_the_suffix_is_not_stored() ->
     assert plan.restore == ()
     # the capped admission needs GPU blocks for the 8 pages the host hit would have served
     assert sched.blocks_short(b, 0) == sched.blocks_short(b) + 8
+    # a cap of 3 hit pages gives up the other 5 (engine/schedule.py:102:arith:3)
+    assert sched.blocks_short(b, 3) == sched.blocks_short(b) + 5
+    assert sched.blocks_short(b, 8) == sched.blocks_short(b, 9) == sched.blocks_short(b)
     got = sched.admit(b, plan.admit_mla)
     assert got is not None
     slot, adm = got

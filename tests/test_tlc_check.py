@@ -310,6 +310,11 @@ def test_parse_deadlock() -> None:
 def test_unknown_exit_code_is_error() -> None:
     assert parse_output("", 1).result == "error"
     assert parse_output(OK, 137).result == "error"
+    # a shell reports a signal as 128+N; 128 itself is no signal (output.py:81:cmp:2)
+    assert parse_output("", 137).reason.endswith("TLC was killed by signal 9")
+    assert parse_output("", -15).reason.endswith("TLC was killed by signal 15")
+    assert parse_output("", 128).reason.endswith("unexpected TLC exit code 128")
+    assert parse_output("", 129).reason.endswith("TLC was killed by signal 1")
 
 
 def test_killed_run_keeps_progress_figures() -> None:

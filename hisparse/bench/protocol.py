@@ -49,6 +49,12 @@ def _lifecycles(n: int, check: bool, requests: int) -> dict[str, float]:
             t0 = clock()
             call()
             spent[name] += clock() - t0
+    s = m.state
+    if n and (s.req.get(f"r{n - 1}") != "finished" or s.host_state[0] != "free"
+              or any(s.req[f"bg{i}"] != "running" for i in range(requests))):
+        # every lifecycle ends finished with its host block evicted, beside the running
+        # background: else what was timed is not what the figures say
+        raise RuntimeError("the protocol bench's lifecycles did not run to their end")
     return {k: v / n * 1e6 for k, v in spent.items()}
 
 
