@@ -189,3 +189,19 @@ def test_the_resolver_bench_prints_every_shape_in_full(
         " (50% of it), in address order  30.0 GB/s | unsorted  35.0 GB/s torch      50.0 µs"
         " (  4.0x, agrees=True)", phases, floors,
     ]
+
+
+def test_the_nixl_bench_fails_when_the_landed_bytes_differ(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the staging pool shows zeros where NIXL landed the pages: the bench must refuse
+    # its figures (bench/nixl.py:63:raise:3: no test made the bytes differ)
+    import numpy as np
+
+    from hisparse.bench.cli import BenchFailed
+    from hisparse.bench.nixl import run
+    from hisparse.transport.staging import StagingPool
+
+    monkeypatch.setattr(StagingPool, "view",
+                        lambda self, slot: np.zeros(self.page_bytes, np.uint8))
+    with pytest.raises(BenchFailed, match=r"^NIXL landed bytes that differ from the prefiller's$"):
+        run(total_mib=1, page_kib=64, chunk_pages=2, reps=1)

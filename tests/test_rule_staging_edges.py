@@ -85,3 +85,13 @@ def test_every_positive_page_and_slot_count_is_a_pool(slots: int, page: int) -> 
     else:
         with pytest.raises(StagingConfigError, match="at least 1 slot and a positive page"):
             StagingPool(max(slots, 1) * max(page, 1), slots, page)
+
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_a_lease_of_no_slot_is_refused_and_takes_nothing(n: int) -> None:
+    # (staging.py:79:raise:2: no test asked for fewer than one slot)
+    pool = StagingPool(4 * 16, 4, 16)
+    before = _pool_state(pool)
+    with pytest.raises(ValueError, match=rf"^lease at least one slot, got {n}$"):
+        pool.lease("r", n)
+    assert _pool_state(pool) == before and pool.in_use == 0

@@ -175,6 +175,10 @@ def test_sizing_replay_accounting_equals_reference(check: bool) -> None:
     for waits in (acc.waits_on, acc.waits_off):
         assert len(waits) == on["finished"] == tiny().requests
         assert min(waits) >= 0 and max(waits) > 0
+    # each side stops once drained, far inside its step cap (baseline.py:97:not:1 ran the
+    # disabled side to the cap)
+    for side in (acc.hisparse, acc.disabled):
+        assert side["still_running"] == 0 and 0 < side["steps"] < tiny().steps // 100
 
 
 def test_sizing_replay_side_by_side_cli(tmp_path: Path,

@@ -104,6 +104,8 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/coordinator.py:238:none:1": "a declared request's keys are never empty",
     "hisparse/simulate.py:602:none:10": "a HiSparseMetrics has no __bool__/__len__: truthy",
     "hisparse/tp/run.py:296:none:4": "the timer is None or a function (truthy)",
+    "executor/resolver.py:95:var:22": "a held position again: the same idempotent writes",
+    "spec/suffix.py:53:var:6": "the fallback is reached only when host_hit > gpu_hit",
     "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",
