@@ -74,6 +74,10 @@ def test_a_close_guess_costs_few_probes() -> None:
     fits = engine_fits(dev, fixed=5 << 30, per_request=per, workspace=0)
     got = largest_fit(fits, guess=truth - 1, limit=100_000)
     assert got.batch == truth and len(got.probes) <= 4
+    # from above too: the search starts down from the guess, not from the limit
+    # (allocsearch.py:60:var:6)
+    got = largest_fit(fits, guess=truth + 1, limit=100_000)
+    assert got.batch == truth and got.probes == [(truth + 1, False), (truth, True)]
 
 
 def test_nothing_fits_and_everything_fits() -> None:

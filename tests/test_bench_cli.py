@@ -18,6 +18,8 @@ def test_bench_protocol_writes_every_action(tmp_path: Path) -> None:
     assert main(["bench", "protocol", "--lifecycles", "20", "--requests", "4",
                  "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
+    # the shape is reported as given (bench/protocol.py:83:var:8 named the background)
+    assert (figures["lifecycles"], figures["background_requests"]) == (20, 4)
     for mode in ("check_off", "check_on"):
         assert set(figures[f"per_action_us_{mode}"]) == set(ACTIONS)
         assert all(v > 0 for v in figures[f"per_action_us_{mode}"].values())

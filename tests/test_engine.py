@@ -33,7 +33,7 @@ from hisparse.connectors.base import KVLayout
 from hisparse.connectors.offloading import OffloadingScheduler, OffloadingWorker
 from hisparse.engine.config import ROW_BYTES, EngineConfigError, EngineShape, ModelShape
 from hisparse.engine.offload import IndexerOffload
-from hisparse.engine.schedule import HiSparseScheduler, SchedulerError
+from hisparse.engine.schedule import HiSparseScheduler, PageTables, SchedulerError
 from hisparse.engine.workload import (
     EngineRequest,
     make_request,
@@ -371,3 +371,13 @@ def test_graph_equals_eager_and_a_step_never_syncs(model: Any) -> None:
     assert names.count("cudaGraphLaunch") == 1
     assert not [n for n in names if "DtoH" in n or n.startswith("cudaMemcpy")]
     assert "cudaLaunchKernel" not in names  # every kernel of the step is in the graph
+
+
+def test_a_slot_bound_again_keeps_nothing_of_its_last_table() -> None:
+    # (engine/schedule.py:44:call:0: a longer table's tail stayed behind a shorter one)
+    t = PageTables(slots=2, max_pages=4)
+    t.bind(0, [("gpu", 3), ("host", 1), ("gpu", 2)])
+    t.bind(1, [("gpu", 0)])
+    t.bind(0, [("host", 0)])
+    assert t.gpu[0].tolist() == [-1, -1, -1, -1] and t.host[0].tolist() == [0, -1, -1, -1]
+    assert t.gpu[1].tolist() == [0, -1, -1, -1]  # another slot is untouched

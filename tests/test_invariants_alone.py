@@ -589,3 +589,20 @@ PROPERTY_BUG_FAILS = {
 def test_property_bug_fails_exactly(bug: str) -> None:
     m = SCENARIOS[bug](bug)
     assert {n for n, p in PROPERTIES.items() if p(m.state)} == PROPERTY_BUG_FAILS[bug]
+
+
+@pytest.mark.parametrize(("field", "value"), [("landed", 3), ("staged", 3), ("host", 9)])
+def test_an_import_page_past_its_chunks_or_the_pool_is_a_type_error(field: str,
+                                                                   value: int) -> None:
+    """Each of a page import's fields is in range on its own: a chunk past the spec's
+    chunks, a host block past the pool (invariants.py:94:bool:7 needed both at once).
+    Only TypeOK can say it: a later twin indexes the pool with it."""
+    m = _import_machine("host", False)
+    y = m.state.pg[("r1", 1)]
+    bad = y._replace(host=HostBlock(value)) if field == "host" else \
+        y._replace(**{field: getattr(y, field) | {value}})
+    m.state.pg[("r1", 1)] = bad
+    assert TypeOK(m.state) == [f"page ('r1', 1)'s import is {bad}"]
+    with pytest.raises(InvariantViolation) as err:
+        check_invariants(m.state)
+    assert err.value.name == "TypeOK"

@@ -149,3 +149,17 @@ def test_every_gauge_agrees_with_the_state_after_worker_losses(seed: int, tp: in
     assert max(checked) > 0 and len(checked) == rep.steps  # checked mid-run, while busy
     assert gauges(metrics) == expected_gauges(sim)
     assert gauges(metrics)["hisparse_pending_spills"] == 0  # drained
+
+
+def test_metrics_without_prometheus_client_say_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (metrics.py:59:raise:0: prometheus-client is installed wherever the suite runs)
+    import sys
+
+    from hisparse.metrics import MetricsUnavailable, _prometheus
+
+    assert _prometheus() is sys.modules["prometheus_client"]
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(MetricsUnavailable,
+                       match=r"^metrics need prometheus-client: pip install 'hisparse\[metrics\]'$"):
+        _prometheus()

@@ -103,3 +103,16 @@ def test_report_json_keeps_counts_and_adds_rates() -> None:
     assert counts.pop("imports") == {} and "imports" not in doc  # only with --pd-share
     assert {k: doc[k] for k in counts} == counts
     assert doc["rates"] == rates(rep) and doc["trace_steps"] is None
+
+
+def test_a_plot_without_matplotlib_is_refused_before_the_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (report.py:158:raise:2: matplotlib is installed wherever the suite runs)
+    import sys
+
+    from hisparse.report import ReportError, check_plot_available
+
+    check_plot_available()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    with pytest.raises(ReportError, match=r"^--plot needs matplotlib: pip install 'hisparse\[plot\]'$"):
+        check_plot_available()

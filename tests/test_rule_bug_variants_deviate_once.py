@@ -72,3 +72,22 @@ def test_abort_frees_after_one_rank_done_deviates_only_for_an_aborted_request(
         m.ConsumeMeta(0)  # the first rank's completed ack
         states.append(m.state.host_state[2])
     assert states == (["leased", "free"] if aborted else ["leased", "leased"])
+
+
+def test_release_source_at_send_frees_the_gpu_block_at_start_spill() -> None:
+    """The variant gives the source GPU block back at StartSpill (its one deviation):
+    no owner, the page's entry on the host block, the block's bytes garbage; the
+    protocol keeps owner, entry and bytes until the enqueued ack (variants.py:42:call:1
+    kept the owner)."""
+    got = {}
+    for bug in ("none", "release_source_at_send"):
+        m = unchecked(bug)
+        m.Arrive("r0")
+        where = m.state.loc[("r0", 1)]
+        assert where is not None and where[0] == "gpu"
+        g = int(where[1])
+        m.StartSpill(("r0", 1), 1)
+        s = m.state
+        got[bug] = (s.gpu_owner[g], s.loc[("r0", 1)], s.gpu_data[g])
+    assert got["none"] == (("r0", 1), ("gpu", 0), UNIVERSE["r0"][0])
+    assert got["release_source_at_send"] == (None, ("host", 1), "garbage")

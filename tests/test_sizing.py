@@ -179,6 +179,9 @@ def test_sizing_replay_accounting_equals_reference(check: bool) -> None:
     # disabled side to the cap)
     for side in (acc.hisparse, acc.disabled):
         assert side["still_running"] == 0 and 0 < side["steps"] < tiny().steps // 100
+    # both sides decode the same tokens, one per running request per step
+    # (baseline.py:76:arith:0 counted them down)
+    assert acc.disabled["decoded_tokens"] == on["decoded_tokens"] > 0
 
 
 def test_sizing_replay_side_by_side_cli(tmp_path: Path,
@@ -250,3 +253,23 @@ def test_simulate_without_flags_is_unchanged() -> None:
 
     args = cli.build_parser().parse_args(["simulate"])
     assert cli._simulate_options(args) == SimulateOptions()
+
+
+@pytest.mark.parametrize(("flags", "check"), [([], False), (["--check-invariants"], True),
+                                              (["--check-invariants", "--no-check"], False),
+                                              (["--no-check"], False)])
+def test_model_simulate_checks_invariants_only_when_asked(flags: list[str],
+                                                         check: bool) -> None:
+    # off by default with --model (each check costs O(state)); --no-check wins
+    # (sizing/cli.py:103:not:1 checked exactly when both were given)
+    from hisparse.simulate import SimulateOptions
+    from hisparse.sizing.cli import sizing_options
+
+    args = cli.build_parser().parse_args(
+        ["simulate", "--model", "deepseek-v3.2", "--workload", "mooncake", str(TRACE),
+         "--gpu-kv-gib", "100", "--host-gib", "400", *flags])
+    d = SimulateOptions()
+    o = sizing_options(args, {"gpu_blocks": None, "host_blocks": None,
+                              "block_tokens": d.block_tokens, "row_bytes": d.row_bytes,
+                              "top_k": d.top_k, "layers": d.layers})
+    assert o.check is check

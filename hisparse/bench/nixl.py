@@ -71,6 +71,8 @@ def run(total_mib: int, page_kib: int, chunk_pages: int, reps: int,
         t0 = time.perf_counter()
         np.copyto(dst, pages)
         copy_s.append(time.perf_counter() - t0)
+    if not np.array_equal(dst, pages):  # the ceiling compared against copied the bytes
+        raise BenchFailed("the memcpy baseline left bytes that differ")
     nixl_med = statistics.median(nixl_s[1:])
     copy_med = statistics.median(copy_s[1:])
     return {

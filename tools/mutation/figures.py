@@ -106,6 +106,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/tp/run.py:296:none:4": "the timer is None or a function (truthy)",
     "executor/resolver.py:95:var:22": "a held position again: the same idempotent writes",
     "spec/suffix.py:53:var:6": "the fallback is reached only when host_hit > gpu_hit",
+    "hisparse/sizing/plan.py:113:var:14": "g is geometry (g = geometry just above)",
     "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",
