@@ -401,3 +401,33 @@ def test_test_files_that_share_state_are_found_by_their_source(tmp_path: Path) -
     tests = [f"tests/test_{n}.py::t" for n in sources]
     assert shared_files(tests, tmp_path) == {"tests/test_a.py", "tests/test_b.py",
                                              "tests/test_c.py"}
+
+
+def test_a_survivor_killed_when_run_again_counts_as_killed_later() -> None:
+    from tools.mutation import figures
+
+    def o(id_: str, status: str, of: str | None = None) -> dict[str, object]:
+        return {"id": id_, "status": status, **({"of": of} if of else {})}
+
+    equivalent = next(iter(figures.EQUIVALENT))
+    run = {"outcomes": [o("a.py:3:cmp:0", KILLED), o("a.py:9:cmp:1", SURVIVED),
+                        o("a.py:12:cmp:2", SURVIVED), o(equivalent, SURVIVED)]}
+    # the file moved two lines down since: the re-run names what it re-ran
+    rerun = {"outcomes": [o("a.py:11:cmp:1", KILLED, "a.py:9:cmp:1"),
+                          o("a.py:14:cmp:2", SURVIVED, "a.py:12:cmp:2")]}
+    assert figures.statuses(run, rerun) == [KILLED, figures.LATER, SURVIVED, "equivalent"]
+    assert figures.statuses(run) == [KILLED, SURVIVED, SURVIVED, "equivalent"]
+
+
+def test_survivors_of_an_earlier_run_are_found_in_an_edited_file() -> None:
+    import tools.mutate as mutate
+
+    now = [Mutant(f"a.py:{n}:cmp:{i}", "a.py", n, "cmp", i, "x < 1") for i, n in
+           enumerate((5, 11, 14))] + [Mutant("a.py:20:bool:0", "a.py", 20, "bool", 0, "a or b")]
+    earlier = [{"id": "a.py:9:cmp:1", "file": "a.py", "line": 9, "operator": "cmp",
+                "before": "x < 1", "status": SURVIVED},
+               {"id": "a.py:3:cmp:0", "file": "a.py", "line": 3, "operator": "cmp",
+                "before": "x < 1", "status": KILLED},
+               {"id": "a.py:7:not:0", "file": "a.py", "line": 7, "operator": "not",
+                "before": "not y", "status": SURVIVED}]  # edited away since
+    assert mutate.map_survivors(earlier, now) == {"a.py:11:cmp:1": "a.py:9:cmp:1"}

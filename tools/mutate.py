@@ -83,12 +83,18 @@ def _parser() -> argparse.ArgumentParser:
                     help="take the baseline seconds from an earlier run's JSON of the same "
                          "tree instead of running the unmutated tests again")
     ap.add_argument("--figures", type=Path, help="print the tables of a run's JSON and exit")
+    ap.add_argument("--rerun", type=Path,
+                    help="with --figures: a later run of its survivors (tests added since): "
+                         "those it kills are counted 'killed later'")
     ap.add_argument("--cover-map", type=Path,
                     help="a coverage map of this tree: a mutant in a function body runs the "
                          "tests that run its lines (its whole suite) instead of guards + suite")
     ap.add_argument("--guard", action="append", default=[],
                     help="run these tests (files or node ids) as every selected mutant's "
                          "guard instead of its own, and decide on them alone (a kill proof)")
+    ap.add_argument("--survivors-of", type=Path,
+                    help="run again the survivors of this run's JSON (each found in today's "
+                         "tree by its file, operator and line; recorded with 'of' its old id)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the outcomes already in --json and run only the mutants "
                          "it does not decide yet (the same tree and arguments)")
@@ -98,14 +104,23 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def select(args: argparse.Namespace, cover: CoverMap | None = None
-           ) -> tuple[list[Mutant], list[Mutant]]:
+def select(args: argparse.Namespace, cover: CoverMap | None = None,
+           again: dict[str, str] | None = None) -> tuple[list[Mutant], list[Mutant]]:
     """(every generated mutant of the files ``--only`` can match, the selection to run,
-    interleaved over files)."""
+    interleaved over files); ``again``: filled with the survivors of ``--survivors-of``,
+    the current id of each mapped to the id it had in that run."""
+    earlier = json.loads(args.survivors_of.read_text())["outcomes"] if args.survivors_of \
+        else None
+    patterns = args.only or ([f"{o['file']}:*" for o in earlier] if earlier else [])
     files = [f for f in TARGETS
-             if not args.only or any(fnmatch.fnmatch(f, p.split(":", 1)[0]) for p in args.only)]
+             if not patterns or any(fnmatch.fnmatch(f, p.split(":", 1)[0]) for p in patterns)]
     every = [m for f in files for m in mutants_of(ROOT, f)]
     chosen = [m for m in every if m.sampled(args.sample)]
+    if earlier is not None:
+        found = map_survivors(earlier, every)
+        if again is not None:
+            again.update(found)
+        chosen = [m for m in every if m.id in found]
     if args.only:
         chosen = [m for m in chosen if any(fnmatch.fnmatch(m.id, p) for p in args.only)]
     if args.operator:
@@ -120,6 +135,24 @@ def select(args: argparse.Namespace, cover: CoverMap | None = None
         order = [m for m in order if m.id in runtime] + \
                 [m for m in order if m.id not in runtime]
     return every, order
+
+
+def map_survivors(outcomes: list[dict[str, Any]], every: list[Mutant]) -> dict[str, str]:
+    """The survivors among ``outcomes`` (an earlier run, its tree since edited), each as
+    the current mutant of the same file, operator and edited line nearest its old line."""
+    by: dict[tuple[str, str, str], list[Mutant]] = {}
+    for m in every:
+        by.setdefault((m.file, m.operator, m.before), []).append(m)
+    out: dict[str, str] = {}
+    for o in outcomes:
+        if o["status"] != SURVIVED:
+            continue
+        same = by.get((o["file"], o["operator"], o["before"]))
+        if not same:
+            print(f"no longer generated: {o['id']}  {o['before']}", file=sys.stderr)
+            continue
+        out[min(same, key=lambda m: abs(m.line - o["line"])).id] = o["id"]
+    return out
 
 
 def runtime_ids(mutants: list[Mutant], cover: CoverMap) -> set[str]:
@@ -141,7 +174,7 @@ def _counts(mutants: list[Mutant], key: str) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.figures:
-        print(figures.main(args.figures))
+        print(figures.main(args.figures, args.rerun))
         return 0
     if args.check_killers:
         return check_killers(args.check_killers, args.jobs)
@@ -152,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mutate: {args.cover_map} was made from another tree (tests or code "
                   "changed since): build it again", file=sys.stderr)
             return 2
-    every, mutants = select(args, cover)
+    again: dict[str, str] = {}
+    every, mutants = select(args, cover, again)
     if args.list:
         for m in mutants:
             print(f"{m.id}\t{m.before}")
@@ -191,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def done(o: Outcome) -> None:
         doc["outcomes"].append({**asdict(o.mutant), "status": o.status, "phase": o.phase,
-                                "seconds": o.seconds, "tests": o.tests, "killer": o.killer})
+                                "seconds": o.seconds, "tests": o.tests, "killer": o.killer,
+                                **({"of": again[o.mutant.id]} if o.mutant.id in again else {})})
         doc["seconds"] = round(time.monotonic() - t0, 1)
         n = len(doc["outcomes"])
         print(f"[{n}/{doc['selected']}] {o.status:8} {o.phase:5} {o.seconds:6.1f}s "

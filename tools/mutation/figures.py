@@ -107,6 +107,7 @@ EQUIVALENT: dict[str, str] = {
     "executor/resolver.py:95:var:22": "a held position again: the same idempotent writes",
     "spec/suffix.py:53:var:6": "the fallback is reached only when host_hit > gpu_hit",
     "hisparse/sizing/plan.py:113:var:14": "g is geometry (g = geometry just above)",
+    "hisparse/config.py:137:none:2": "gpu_kv_gib is None or above 0 (gt=0)",
     "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",
@@ -146,27 +147,43 @@ EQUIVALENT: dict[str, str] = {
 }
 
 
+LATER = "killed later"  # survived the run, killed when run again with the tests added since
+
+
 def _row(key: str, gen: int, c: Counter[str]) -> str:
     run = sum(c.values())
     killed = c[KILLED] + c[TIMEOUT]
     decided = run - c["equivalent"] - c["error"]
-    share = f"{100 * killed / decided:.1f} %" if decided else "-"
-    return (f"| {key} | {gen} | {run} | {killed} | {c['equivalent']} | {c[SURVIVED]} "
-            f"| {c['error']} | {share} |")
+    share = f"{100 * (killed + c[LATER]) / decided:.1f} %" if decided else "-"
+    return (f"| {key} | {gen} | {run} | {killed} | {c[LATER]} | {c['equivalent']} "
+            f"| {c[SURVIVED]} | {c['error']} | {share} |")
 
 
-def tables(doc: dict[str, Any]) -> str:
-    """Markdown tables of one run's JSON document."""
-    by_op: dict[str, Counter[str]] = {}
-    by_file: dict[str, Counter[str]] = {}
+def statuses(doc: dict[str, Any], rerun: dict[str, Any] | None = None) -> list[str]:
+    """Each outcome's verdict: a survivor is ``LATER`` if ``rerun`` (its survivors run
+    again on a later tree, each outcome naming the one it re-ran in ``of``) killed it,
+    ``equivalent`` if argued so, else survived."""
+    later = {o.get("of", o["id"]): o["status"] for o in (rerun or {}).get("outcomes", [])}
+    out = []
     for o in doc["outcomes"]:
         status = o["status"]
-        if status == SURVIVED and o["id"] in EQUIVALENT:
+        if status == SURVIVED and later.get(o["id"]) in (KILLED, TIMEOUT):
+            status = LATER
+        elif status == SURVIVED and o["id"] in EQUIVALENT:
             status = "equivalent"
+        out.append(status)
+    return out
+
+
+def tables(doc: dict[str, Any], rerun: dict[str, Any] | None = None) -> str:
+    """Markdown tables of one run's JSON document (and of its survivors' re-run)."""
+    by_op: dict[str, Counter[str]] = {}
+    by_file: dict[str, Counter[str]] = {}
+    for o, status in zip(doc["outcomes"], statuses(doc, rerun), strict=True):
         by_op.setdefault(o["operator"], Counter())[status] += 1
         by_file.setdefault(o["file"], Counter())[status] += 1
-    head = ("| {} | generated | run | killed | equivalent | survived | error "
-            "| killed of non-equivalent run |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    head = ("| {} | generated | run | killed | killed later | equivalent | survived | error "
+            "| killed of non-equivalent run |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = [head.format("operator")]
     for op, gen in doc["generated_by_operator"].items():
         out.append(_row(op, gen, by_op.get(op, Counter())))
@@ -186,9 +203,9 @@ def unreached(doc: dict[str, Any]) -> list[str]:
     return [f for f, n in doc["selected_by_file"].items() if n and f not in ran]
 
 
-def main(path: Path) -> str:
+def main(path: Path, rerun: Path | None = None) -> str:
     doc = json.loads(path.read_text())
-    lines = [tables(doc)]
+    lines = [tables(doc, json.loads(rerun.read_text()) if rerun else None)]
     miss = unreached(doc)
     if miss:
         lines.append("\nNot reached: " + ", ".join(f"`{f}`" for f in miss))
