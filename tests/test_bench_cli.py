@@ -13,11 +13,25 @@ from hisparse.bench.protocol import ACTIONS
 from hisparse.cli import main
 
 
-def test_bench_protocol_writes_every_action(tmp_path: Path) -> None:
+def test_bench_protocol_writes_every_action(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "protocol", "--lifecycles", "20", "--requests", "4",
                  "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
+    # every figure printed, each lifecycle the sum of its own mode's actions
+    # (bench/cli.py:52:call:2 dropped a line; bench/protocol.py:86:var:11 reported the
+    # unchecked actions as the checked ones)
+    text = capsys.readouterr().out.splitlines()
+    for mode in ("check_off", "check_on"):
+        per = figures[f"per_action_us_{mode}"]
+        assert figures[f"lifecycle_us_{mode}"] == sum(per.values())
+        at = text.index(f"per action, invariants {mode.replace('_', ' ')} (µs):")
+        assert text[at + 1: at + 2 + len(per)] == [
+            f"  {name:<15} {us:9.2f}" for name, us in per.items()
+        ] + [f"  {'lifecycle':<15} {figures[f'lifecycle_us_{mode}']:9.2f}"]
+    assert text[-2:] == [f"transitions trigger   {figures['transitions_trigger_us']:.2f} µs",
+                         f"compiled table lookup {figures['compiled_table_us']:.3f} µs"]
     # the shape is reported as given (bench/protocol.py:83:var:8 named the background)
     assert (figures["lifecycles"], figures["background_requests"]) == (20, 4)
     for mode in ("check_off", "check_on"):

@@ -5,6 +5,7 @@ Each scenario is one the issue reported against the public API."""
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
@@ -181,7 +182,13 @@ def test_tables_follow_live_requests_not_history() -> None:
 
 
 def test_churn_bench_drains_to_empty() -> None:
+    t0 = time.perf_counter()
     doc = run(2000, host_blocks=128, eviction_pools=(128, 256))
+    took = time.perf_counter() - t0
+    # the headline shape's wall time lies within the call's own (churn.py:199:arith:1
+    # added its start), and its rate is the requests over it (as rounded)
+    assert 0 < doc["wall_seconds"] <= round(took, 2)
+    assert doc["requests_per_wall_s"] >= 2000 / took - 0.1
     assert doc["left_after_drain"] == []
     assert doc["acks"] == "pipelined"  # the headline shape
     # which build ran: the sources, or tools/build_compiled.py's modules

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from transitions import MachineError
@@ -27,9 +27,11 @@ from hisparse.spec.catalogue import (
 from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import IllegalTransition
 from hisparse.spec.invariants import IMPORT_CHECKS, INVARIANTS, PROPERTIES
-from hisparse.spec.lifecycle import LIFECYCLES, Lifecycle, mermaid_document
+from hisparse.spec.lifecycle import HOST_PAGE, LIFECYCLES, Lifecycle, mermaid_document
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.observe import ACTION_WRITES
+from hisparse.spec.state import HostState
+from tests.protocol_helpers import make_machine
 
 TLA = Path(__file__).resolve().parents[1] / "tla"
 SPEC = (TLA / "HiSparse.tla").read_text()
@@ -164,7 +166,6 @@ def test_property_names_match() -> None:
 def test_every_bug_is_in_the_spec_and_a_variant_of_the_machine() -> None:
     """Each bug is a registered variant: a machine whose config names it runs the
     variant's step; the production rules never name it."""
-    from tests.protocol_helpers import make_machine
 
     where = Path(str(machine_module.__file__))  # (a compiled build: the .py beside the .so)
     machine_src = where.with_name(where.name.split(".")[0] + ".py").read_text()
@@ -225,3 +226,23 @@ def test_compiled_table_agrees_with_transitions(lc: Lifecycle) -> None:
 def test_lifecycle_doc_is_generated() -> None:
     doc = Path(__file__).resolve().parents[1] / "docs" / "lifecycles.md"
     assert doc.read_text() == mermaid_document() + "\n" or doc.read_text() == mermaid_document()
+
+
+@pytest.mark.parametrize(("state", "trigger"), [("free", "publish"), ("free", "evict"),
+                                                ("leased", "lease"), ("valid", "discard")])
+def test_the_machine_fires_no_host_page_trigger_its_lifecycle_lacks(state: str,
+                                                                   trigger: str) -> None:
+    """The machine moves a host page only along HOST_PAGE's table; any other trigger
+    raises and changes nothing, not even the in-use count (machine.py:256:bool:8 read a
+    missing transition as a move to no state). Driven through the one helper every host
+    transition goes through: the actions never fire an undeclared one."""
+    m = make_machine()
+    s = m.state
+    s.host_state[0] = cast(HostState, state)
+    s.host_used = sum(1 for x in s.host_state if x != "free")
+    before = (list(s.host_state), s.host_used)
+    with pytest.raises(IllegalTransition) as err:
+        m._host_to(0, trigger)
+    assert (err.value.machine, err.value.state, err.value.trigger) == \
+        (HOST_PAGE.name, state, trigger)
+    assert (list(s.host_state), s.host_used) == before

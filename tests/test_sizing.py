@@ -5,6 +5,7 @@ sizing replay agreeing exactly between the accounting and the reference executor
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -187,12 +188,18 @@ def test_sizing_replay_accounting_equals_reference(check: bool) -> None:
 def test_sizing_replay_side_by_side_cli(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "s.json", tmp_path / "s.png"
+    t0 = time.monotonic()
     rc = cli.main(["simulate", "--model", "deepseek-v3.2", "--workload", "mooncake",
                    str(TRACE), "--gpu-kv-gib", "3", "--host-gib", "8", "--max-running", "8",
                    "--no-progress", "--json", str(out), "--plot", str(png)])
+    took = time.monotonic() - t0
     assert rc == 0
     text = capsys.readouterr().out
     doc = json.loads(out.read_text())
+    # the reported wall time lies within the call's own (sizing/cli.py:160:arith:2 added
+    # its start): no bound but the call itself, so no load can fail it
+    assert 0 < doc["wall_s"] <= took and doc["cpu_s"] > 0
+    assert f"ran in {doc['wall_s']:.1f} s wall, {doc['cpu_s']:.1f} s CPU (both runs)" in text
     s = doc["summary"]
     assert s["hisparse"]["finished"] == s["disabled"]["finished"] == 12
     assert doc["options"]["executor"] == "accounting"

@@ -108,6 +108,7 @@ EQUIVALENT: dict[str, str] = {
     "spec/suffix.py:53:var:6": "the fallback is reached only when host_hit > gpu_hit",
     "hisparse/sizing/plan.py:113:var:14": "g is geometry (g = geometry just above)",
     "hisparse/config.py:137:none:2": "gpu_kv_gib is None or above 0 (gt=0)",
+    "hisparse/coordinator.py:736:bool:6": "rx and seq are set together or not at all",
     "hisparse/connectors/indexer_rows.py:49:arith:4": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:49:arith:6": "a sign flipped: still every coordinate",
     "hisparse/connectors/indexer_rows.py:50:arith:9": "a sign flipped: still every coordinate",
