@@ -221,3 +221,12 @@ def test_the_nixl_bench_fails_when_the_landed_bytes_differ(
                         lambda self, slot: np.zeros(self.page_bytes, np.uint8))
     with pytest.raises(BenchFailed, match=r"^NIXL landed bytes that differ from the prefiller's$"):
         run(total_mib=1, page_kib=64, chunk_pages=2, reps=1)
+
+
+def test_a_bounded_count_takes_its_bound_and_refuses_one_more() -> None:
+    # (bench/cli.py:242:cmp:10 refused the bound itself)
+    from hisparse.bench.cli import _int_upto
+
+    assert _int_upto(4096)("4096") == 4096
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^must be at most 4096, got 4097$"):
+        _int_upto(4096)("4097")

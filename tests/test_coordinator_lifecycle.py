@@ -379,3 +379,13 @@ def test_a_page_whose_request_ended_becomes_evictable_when_its_copy_completes() 
     assert c.evict_published() == 1  # the completion made it an eviction candidate
     c.take_commands()  # the pending block-table replacements reach the worker
     assert drained_problems_of(c, kv) == []
+
+
+def test_every_fourth_churn_request_from_the_first_starts_with_a_repeated_prefix() -> None:
+    # the bench's workload as documented (churn.py:101:int:0 shifted it by one)
+    ch = Churn(host_blocks=64)
+    for i in range(9):
+        ch.lifecycle(i)
+    first_keys = {r: keys[0] for r, keys in ch.coordinator.state.page_keys.items()}
+    assert first_keys == {f"r{i}": ("prefix" + str(i // 4) if i % 4 == 0 else f"r{i}:0")
+                          for i in range(9)}

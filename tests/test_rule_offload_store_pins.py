@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,3 +116,12 @@ def test_provides_memory_pool_is_a_bool(pool: list[bool]) -> None:
     kv = KVLayout(block_tokens=4)
     m = MultiConnectorScheduler([_Child(f"c{i}", 0, kv, p) for i, p in enumerate(pool)])
     assert m.provides_memory_pool is any(pool)
+
+
+@pytest.mark.parametrize("capacity", [0, -3])
+def test_a_store_of_no_block_is_refused(capacity: int) -> None:
+    # (offload_store.py:67:raise:0: no test built one)
+    with pytest.raises(ValueError,
+                       match=rf"^offload store capacity must be at least 1, got {capacity}$"):
+        OffloadStore(capacity)
+    assert OffloadStore(1).capacity == 1

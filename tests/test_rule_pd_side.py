@@ -69,6 +69,10 @@ def test_the_options_accept_their_edges_and_refuse_past_them() -> None:
     assert PdOptions(share=1.5).problem() == "--pd-share must be between 0 and 1, got 1.5"
     assert PdOptions(transport="tcp").problem() == (
         "unknown transport 'tcp'; choose one of loopback, nixl")
+    # the side refuses the options whose problem it names (pdimport/sim.py:88:raise:0)
+    with pytest.raises(ValueError, match=r"^--pd-share must be between 0 and 1, got 1\.5$"):
+        PdSide(PdOptions(share=1.5), seed=0, layers=2, block_tokens=BLOCK, row_bytes=16,
+               capacity_pages=8)
 
 
 def test_the_figures_document_each_count_under_its_own_name() -> None:

@@ -21,6 +21,7 @@ From the guard survivors of the second guard-phase run (docs/mutation-survivors.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -153,3 +154,27 @@ def test_only_a_page_that_is_not_full_gets_its_tail_zeroed(num_tokens: int) -> N
     valid = num_tokens - (n - 1) * BLOCK  # rows of the final page
     tail = list(range(blocks[-1] * BLOCK + valid, (blocks[-1] + 1) * BLOCK))
     assert spy.device_writes == ([tail] * LAYERS if valid < BLOCK else [])
+
+
+def test_a_device_staging_pool_copies_each_cache_in_one_call_at_its_slot_blocks() -> None:
+    """With a staging pool in device memory whose slots hold whole blocks, each cache's
+    staged pages go to their host blocks in one batched call: slot ``s`` holds block
+    ``s * blocks_per_slot + layer`` of the buffer (runner.py:322:arith:4 multiplied). The
+    CUDA executor is the one with that path: stand-ins take its place here."""
+    layout = PoolLayout(gpu_blocks=4, host_blocks=8, block_tokens=4, row_bytes=16,
+                        hot_rows=4, slots=1)
+    layers, block_bytes = 2, 4 * 16
+
+    class DeviceBuffer:
+        __cuda_array_interface__ = None  # only its presence is read
+
+    calls: list[tuple[str, list[tuple[int, int]]]] = []
+    pool = SimpleNamespace(buffer=DeviceBuffer(), slot_bytes=layers * block_bytes)
+    executor = SimpleNamespace(
+        write_host_blocks=lambda pools, buffer, pairs: calls.append((pools, list(pairs))))
+    runner: Any = SimpleNamespace(transport=SimpleNamespace(pool=pool), layout=layout,
+                                  executor=executor, pools=["cache0", "cache1"])
+    staged = [(SimpleNamespace(host_block=5, gpu_block=None), 0),
+              (SimpleNamespace(host_block=7, gpu_block=None), 3)]
+    ImportRunner._copy_out(runner, staged)
+    assert calls == [("cache0", [(5, 0), (7, 6)]), ("cache1", [(5, 1), (7, 7)])]

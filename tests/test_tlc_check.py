@@ -269,6 +269,8 @@ def test_parse_ok() -> None:
     assert (out.states_generated, out.distinct_states, out.states_left) == (1234567, 98765, 0)
     assert out.depth == 17
     assert out.violated == []
+    assert not out.parse_error  # only exit 150 or the parser's text says so (127:cmp:3)
+    assert not parse_output(INVARIANT, 12).parse_error
 
 
 def test_parse_invariant_violation() -> None:
