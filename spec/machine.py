@@ -187,17 +187,9 @@ class ProtocolMachine:
             s.host_refs[where[1]] = s.host_refs.get(where[1], 0) + 1
         s.loc[p] = where
 
-    def _ref(self, r: RequestId, delta: int) -> None:
-        s = self.state
-        n = s.req_refs.get(r, 0) + delta
-        if n:
-            s.req_refs[r] = n
-        else:
-            s.req_refs.pop(r, None)
-
     def _own(self, g: int, p: Page | None) -> None:
         """Write a resident lease, keeping the per-request reference counts in step
-        (``_ref`` inlined: this runs several times per request)."""
+        (counted inline: this runs several times per request)."""
         s = self.state
         refs = s.req_refs
         old = s.gpu_owner[g]
@@ -227,7 +219,7 @@ class ProtocolMachine:
         ):  # a phase change: every index already says so
             s.spill[h] = sp
             return
-        refs = s.req_refs  # (_ref inlined: this runs several times per transfer)
+        refs = s.req_refs  # (counted inline: this runs several times per transfer)
         if old is not None:
             n = refs.get(old.page[0], 0) - 1
             if n:

@@ -161,3 +161,14 @@ def test_trusted_needs_every_field_and_no_other() -> None:
     with pytest.raises(TypeError, match="needs exactly"):
         trusted(HiSparseWorkerMeta, enqueued=(), completed=(), rank=0, seq=None, since=None,
                 epoch=None, imports_landed=(), imports_done=(), imports_failed=(), extra=1)
+
+
+@pytest.mark.parametrize("since", [(3,), (0, 3), (-1,)])
+def test_metadata_naming_a_since_after_itself_is_refused(since: tuple[int, ...]) -> None:
+    # each rank's since is a number at or before this message's (messages.py:177:raise:6:
+    # no test built one)
+    epoch = (0,) * len(since)
+    with pytest.raises(ValidationError, match="since names a metadata number after this one"):
+        HiSparseConnectorMetadata(transfers=(), seq=2, since=since, epoch=epoch)
+    ok = HiSparseConnectorMetadata(transfers=(), seq=2, since=(2,) * len(since), epoch=epoch)
+    assert ok.since == (2,) * len(since)
