@@ -230,3 +230,27 @@ def test_a_bounded_count_takes_its_bound_and_refuses_one_more() -> None:
     assert _int_upto(4096)("4096") == 4096
     with pytest.raises(argparse.ArgumentTypeError, match=r"^must be at most 4096, got 4097$"):
         _int_upto(4096)("4097")
+
+
+@pytest.mark.parametrize(("flag", "chunk"), [([], "default"), (["--prefill-chunk", "4096"], 4096)])
+def test_the_equal_hbm_bench_takes_the_prefill_chunk_given_or_its_default(
+        monkeypatch: pytest.MonkeyPatch, flag: list[str], chunk: object) -> None:
+    # the bench needs torch and a GPU: a stand-in module records what the CLI hands it
+    # (bench/cli.py:274:bool:5 handed the default when a chunk was given, None otherwise)
+    import sys
+    import types
+
+    import hisparse.bench
+
+    got: list[dict[str, object]] = []
+    fake = types.ModuleType("hisparse.bench.equalhbm")
+
+    def run(**kw: object) -> dict[str, object]:
+        got.append(kw)
+        return {}
+
+    fake.PREFILL_CHUNK, fake.run = 16384, run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hisparse.bench.equalhbm", fake)
+    monkeypatch.setattr(hisparse.bench, "equalhbm", fake, raising=False)
+    assert main(["bench", "equal-hbm", *flag]) == 0
+    assert got[0]["prefill_chunk"] == (16384 if chunk == "default" else chunk)

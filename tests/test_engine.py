@@ -81,6 +81,10 @@ def test_shapes_refuse_bad_values() -> None:
         ModelShape(layers=2, index_leaders=(1, 1))
     with pytest.raises(EngineConfigError, match="index_dim"):
         ModelShape(index_dim=32)
+    # an odd index_dim is refused, an odd layer count is not (engine/config.py:63:var:8)
+    with pytest.raises(EngineConfigError, match="index_dim must be even"):
+        ModelShape(index_dim=65)
+    assert ModelShape(layers=3, index_leaders=(0, 1, 2)).layers == 3
     with pytest.raises(EngineConfigError, match="top_k"):
         EngineShape(slots=1, max_context=1024, top_k=2048)
     with pytest.raises(EngineConfigError, match="multiple of block_tokens"):

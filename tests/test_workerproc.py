@@ -132,3 +132,36 @@ def test_a_closed_worker_process_is_let_exit_on_its_own() -> None:
     assert not w._proc.is_alive() and w._proc.exitcode == 0
     w.close()  # a second close does nothing
     assert w._proc.exitcode == 0
+
+
+def test_a_worker_that_outlives_terminate_is_killed() -> None:
+    # (workerproc.py:142:call:8: no real worker ignores SIGTERM, so a stand-in does)
+    from hisparse.workerproc import _stop
+
+    calls: list[str] = []
+
+    class Stubborn:
+        alive = True
+
+        def join(self, timeout: float | None = None) -> None:
+            calls.append(f"join {timeout}")
+
+        def is_alive(self) -> bool:
+            return self.alive
+
+        def terminate(self) -> None:
+            calls.append("terminate")  # ignored
+
+        def kill(self) -> None:
+            calls.append("kill")
+            self.alive = False
+
+    class Gone:
+        def send_bytes(self, raw: bytes) -> None:
+            raise OSError("the pipe is closed")
+
+        def close(self) -> None:
+            calls.append("close")
+
+    _stop(Stubborn(), Gone())  # type: ignore[arg-type]
+    assert calls == ["close", "join 5", "terminate", "join 5", "kill", "join None"]
