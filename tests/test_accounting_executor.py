@@ -16,7 +16,7 @@ import pytest
 
 from hisparse.executor.accounting import AccountingExecutor
 from hisparse.executor.base import ResolveBatch
-from hisparse.executor.errors import HotCapacityError, PendingHostWrite
+from hisparse.executor.errors import BadBatch, HotCapacityError, PendingHostWrite
 from hisparse.executor.layout import PoolLayout
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.simulate import SimulateOptions, simulate
@@ -91,6 +91,15 @@ def test_a_refused_resolve_changes_nothing() -> None:
         acc.resolve(pools, over)
     after = acc.snapshot(pools)
     assert all(np.array_equal(before[k], after[k]) for k in before)
+    # a malformed batch (the same step again) is refused before anything is decided, in
+    # the reference's words (accounting.py:102:call:3 skipped the check)
+    ref = ReferenceExecutor()
+    ref_pools = ref.allocate(LAYOUT)
+    ref.resolve(ref_pools, ok)
+    for ex, p in ((acc, pools), (ref, ref_pools)):
+        with pytest.raises(BadBatch, match=r"^step 1 must exceed the previous resolve's step 1"):
+            ex.resolve(p, ok)  # type: ignore[arg-type]
+    assert all(np.array_equal(before[k], acc.snapshot(pools)[k]) for k in before)
 
 
 def test_stream_acks_and_host_read_guard_as_the_reference() -> None:

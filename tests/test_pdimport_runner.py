@@ -345,9 +345,15 @@ def test_worker_loss_during_imports_drops_them_and_returns_everything(rig: Rig) 
     rig.hold("b", 3 * BLOCK, 15)
     rig.runner.start(command(0, "a", "host", 5 * BLOCK, [None] * 5, [0, 1, 2, 3, 4]))
     rig.runner.start(command(1, "b", "device", 3 * BLOCK, [0, 1, 2], [None] * 3))
+    # and one that failed at once (another agent's announcement): its failure ack waits
+    rig.hold("c", 2 * BLOCK, 16)
+    configured, rig.runner.prefiller = rig.runner.prefiller, "the-configured-one"
+    rig.runner.start(command(3, "c", "host", 2 * BLOCK, [None, None], [5, 6]))
+    rig.runner.prefiller = configured
     rig.runner.advance()
     assert sorted(rig.runner.restart()) == [0, 1]
-    assert rig.runner.take_acks() == ((), (), ())  # the acks went with the worker
+    # every ack went with the worker, a failure's too (runner.py:214:call:3 kept it)
+    assert rig.runner.take_acks() == ((), (), ())
     assert rig.runner.idle
     # the restarted worker imports again
     rig.runner.start(command(2, "a", "host", 5 * BLOCK, [None] * 5, [0, 1, 2, 3, 4]))

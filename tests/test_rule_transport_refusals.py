@@ -95,3 +95,16 @@ def test_a_transport_needs_a_positive_chunk_and_window(chunk_pages: int, window:
                                          rf"{chunk_pages}, {window}$"):
         Transport(StagingPool(PAGE, 1, PAGE), chunk_pages=chunk_pages, window=window)
     assert Transport(StagingPool(PAGE, 1, PAGE), chunk_pages=2, window=3).window == 3
+
+
+def test_block_memory_must_be_a_non_empty_contiguous_byte_array() -> None:
+    # one byte is memory, no byte is not (base.py:106:int:2 took the edge at 1)
+    tr = LoopbackTransport(StagingPool(PAGE, 1, PAGE))
+    for bad in (np.zeros(0, np.uint8), np.zeros(4, np.int32), np.zeros((4, 4), np.uint8)[:, 0]):
+        with pytest.raises(TransportError, match=r"^block memory must be a non-empty "
+                                                 r"contiguous uint8 array$"):
+            tr.register(bad)
+    assert tr.regions == {}
+    one = np.zeros(1, np.uint8)
+    tr.register(one)
+    assert list(tr.regions.values()) == [one]

@@ -183,6 +183,10 @@ def test_sizing_replay_accounting_equals_reference(check: bool) -> None:
     # both sides decode the same tokens, one per running request per step
     # (baseline.py:76:arith:0 counted them down)
     assert acc.disabled["decoded_tokens"] == on["decoded_tokens"] > 0
+    # the disabled side's blocks in use stay within its pool and come back to 0
+    # (baseline.py:79:var:4 counted against the running bound instead of the pool)
+    used = acc.disabled["series"]["gpu_blocks_used"]
+    assert 0 == used[-1] <= min(used) and 0 < max(used) <= acc.disabled["gpu_blocks"]
 
 
 def test_sizing_replay_side_by_side_cli(tmp_path: Path,

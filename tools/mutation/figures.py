@@ -112,6 +112,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/workerproc.py:131:call:5": "the pipe's close is an EOF: the child exits 0 anyway",
     "hisparse/tp/run.py:549:bool:1": "every host arena (private or shared) has a close",
     "hisparse/connector.py:137:none:4": "a HiSparseWorker has no __bool__/__len__: truthy",
+    "hisparse/bench/nixl.py:49:var:8": "how many READs the median is of: no figure counts them",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
