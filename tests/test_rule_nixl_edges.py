@@ -393,3 +393,16 @@ def test_a_dropped_request_gives_its_rows_back(rig: Rig) -> None:
     assert peer.arena.held == {}
     peer.put("s", _pages(4, 8))  # every row is free again
     assert sorted(peer.arena.held["s"]) == [0, 1, 2, 3]
+
+
+def test_without_nixl_the_transport_error_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (nixlpeer.py:34:raise:0: NIXL is installed wherever the suite runs)
+    import sys
+
+    from hisparse.transport.nixlpeer import load_nixl
+
+    monkeypatch.setitem(sys.modules, "nixl_cu12", None)  # import nixl_cu12: ImportError
+    with pytest.raises(TransportError, match=r"^NIXL is not importable \(.*\): "
+                                             r"pip install --no-deps nixl-cu12==1\.5\.1$"):
+        load_nixl()

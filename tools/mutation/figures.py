@@ -113,6 +113,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/tp/run.py:549:bool:1": "every host arena (private or shared) has a close",
     "hisparse/connector.py:137:none:4": "a HiSparseWorker has no __bool__/__len__: truthy",
     "hisparse/bench/nixl.py:49:var:8": "how many READs the median is of: no figure counts them",
+    "hisparse/connectors/multi.py:132:reorder:1": "attribute set in a raising __init__",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
