@@ -254,3 +254,7 @@ def test_the_equal_hbm_bench_takes_the_prefill_chunk_given_or_its_default(
     monkeypatch.setattr(hisparse.bench, "equalhbm", fake, raising=False)
     assert main(["bench", "equal-hbm", *flag]) == 0
     assert got[0]["prefill_chunk"] == (16384 if chunk == "default" else chunk)
+    assert got[0]["same_batch"] is True  # (bench/cli.py:275:not:5 turned it off)
+    got.clear()
+    assert main(["bench", "equal-hbm", "--no-same-batch", *flag]) == 0
+    assert got[0]["same_batch"] is False

@@ -13,7 +13,7 @@ import pytest
 from hisparse.blockpool import BlockPool
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
-from hisparse.coordinator import HiSparseCoordinator
+from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
 from hisparse.spec.errors import UnknownImport
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
@@ -311,3 +311,17 @@ def test_random_imports_mixed_with_spills_drain_to_empty(seed: int) -> None:
             c.finish(q)
     c.take_commands()
     assert_drained(c, kv)
+
+
+def test_a_device_import_larger_than_the_modelled_pool_never_fits() -> None:
+    """An engine's KV manager may hold more blocks than the coordinator models: a device
+    target chosen from its free count can still need more than the whole modelled pool,
+    which waiting can never give (coordinator.py:384:raise:2: no test asked)."""
+    cfg = HiSparseConfig(host_pool_gib=(4 * BLOCK + BLOCK // 2) / GIB)
+    kv = BlockPool(8)
+    c = HiSparseCoordinator(cfg, kv, gpu_blocks=2)
+    c.add_import("r", ["k1", "k2", "k3"], num_tokens=12, block_size=4)
+    with pytest.raises(RequestNeverFits, match=r"^request 'r' needs 3 GPU blocks .* the pool "
+                                               r"holds 2: "):
+        c.admit_import("r")
+    assert kv.num_free == 8 and c.state.req["r"] == "new"  # nothing leased

@@ -172,3 +172,22 @@ def test_metadata_naming_a_since_after_itself_is_refused(since: tuple[int, ...])
         HiSparseConnectorMetadata(transfers=(), seq=2, since=since, epoch=epoch)
     ok = HiSparseConnectorMetadata(transfers=(), seq=2, since=(2,) * len(since), epoch=epoch)
     assert ok.since == (2,) * len(since)
+
+
+def test_trusted_messages_pickle_and_copy_as_validated_ones_do() -> None:
+    """An engine ships the scheduler's metadata to its workers by pickling: a message
+    built without validation must round-trip exactly as a validated one (messages.py's
+    263:call:3 left the private-attribute slot unset, which pickling reads)."""
+    import copy
+    import pickle
+
+    t = trusted_transfer(3, 1, 2)
+    r = trusted_replacement("r", 1, 2)
+    built = [t, r, trusted_metadata((t,), (r,), seq=4, since=(1,), epoch=(0,)),
+             trusted_worker_meta((3,), (), rank=0, seq=1, since=0, epoch=0),
+             trusted(SparseKVPageTransfer, transfer_id=5, src_gpu_block=0, dst_host_block=1,
+                     ranks=None)]
+    for m in built:
+        valid = type(m).model_validate(m.model_dump())
+        assert pickle.loads(pickle.dumps(m)) == m == valid
+        assert copy.deepcopy(m) == m and m.__pydantic_private__ is None

@@ -247,6 +247,16 @@ def test_model_simulate_refuses_in_one_line(argv: list[str], message: str,
     assert rc == 2 and message in err and err.count("\n") == 1
 
 
+def test_a_gpu_budget_without_a_model_is_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # (cli.py:449:raise:1: no test gave a GPU budget to a run without --model; a host
+    # budget alone is a plain run's host pool)
+    assert cli.main(["simulate", "--gpu-kv-gib", "3", "--requests", "2", "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.endswith("--gpu-kv-gib sizes a --model's pools: add --model\n")
+
+
 def test_mooncake_defaults_admit_the_trace(tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     rc = cli.main(["simulate", "--workload", "mooncake", str(TRACE), "--requests", "12",
@@ -284,3 +294,15 @@ def test_model_simulate_checks_invariants_only_when_asked(flags: list[str],
                               "block_tokens": d.block_tokens, "row_bytes": d.row_bytes,
                               "top_k": d.top_k, "layers": d.layers})
     assert o.check is check
+
+
+def test_the_disabled_replay_admits_a_request_of_exactly_its_pool() -> None:
+    # as large as the pool fits; one page more never does (baseline.py:90:cmp:5 called
+    # the exact fit too large)
+    from hisparse.workload import Arrival
+
+    arrivals = [Arrival(0, "fits", tuple(f"a{i}" for i in range(4)), 2),
+                Arrival(0, "over", tuple(f"b{i}" for i in range(5)), 2)]
+    rep = baseline.DisabledRun(arrivals, gpu_blocks=4, max_running=2).run(100)
+    assert (rep.requests, rep.finished, rep.too_large, rep.never_admitted) == (2, 1, 1, 1)
+    assert rep.decoded_tokens == 2

@@ -114,6 +114,9 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/connector.py:137:none:4": "a HiSparseWorker has no __bool__/__len__: truthy",
     "hisparse/bench/nixl.py:49:var:8": "how many READs the median is of: no figure counts them",
     "hisparse/connectors/multi.py:132:reorder:1": "attribute set in a raising __init__",
+    "spec/machine.py:755:int:10": "block 0 also goes through _host, which passes it",
+    "hisparse/sizing/cli.py:100:none:12": "--max-running is None or a positive int",
+    "hisparse/workerproc.py:175:call:11": "the copy goes when __init__ returns (a start-only wait)",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
