@@ -156,6 +156,7 @@ def test_the_nixl_bench_times_within_its_own_run_and_lands_equal_bytes() -> None
     doc = run(total_mib=1, page_kib=64, chunk_pages=2, reps=2, staging_slots=4)
     wall = time.perf_counter() - t0
     assert doc["pages"] == 16 and doc["bytes"] == 1 << 20
+    assert (doc["chunk_pages"], doc["reps"], doc["page_bytes"]) == (2, 2, 64 << 10)
     for key in ("nixl_read_s", "memcpy_s", "staged_import_s"):
         assert 0 < doc[key] <= wall, (key, doc[key], wall)
     assert doc["staged_import_GBps"] == doc["bytes"] / doc["staged_import_s"] / 1e9

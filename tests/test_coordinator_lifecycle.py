@@ -393,3 +393,15 @@ def test_every_fourth_churn_request_from_the_first_starts_with_a_repeated_prefix
     first_keys = {r: keys[0] for r, keys in ch.coordinator.state.page_keys.items()}
     assert first_keys == {f"r{i}": ("prefix" + str(i // 4) if i % 4 == 0 else f"r{i}:0")
                           for i in range(9)}
+
+
+@pytest.mark.parametrize("lifecycles", [1, 2])
+def test_a_churn_of_one_lifecycle_drains_its_first_transfer_too(lifecycles: int) -> None:
+    # the first transfer's ID is 0: still a transfer to complete at the drain
+    # (churn.py:144:none:2 read ID 0 as none pending)
+    ch = Churn(host_blocks=64)
+    for i in range(lifecycles):
+        ch.lifecycle(i)
+    assert ch.pending == lifecycles - 1  # pipelined: the last completed ack rides later
+    ch.drain()
+    assert drained_problems(ch) == [] and ch.pending is None

@@ -100,9 +100,9 @@ def test_a_caught_injected_bug_is_said_before_the_runs_and_exits_0(
     report = _report(result="violation", reason="invariant violated", violated=["NoLeak"],
                      injected=bug, caught_expected=True, workdir="/tmp/hisparse-x/check",
                      runs=[_run("HiSparse", ["NoLeak"], ["/\\ x = 1", "/\\ x = 2\n/\\ y = 3"])])
-    code, out, _, call = _check(monkeypatch, capsys, ["--inject", bug, "--model", "small"],
+    code, out, _, call = _check(monkeypatch, capsys, ["--inject", bug, "--model", "small", "-v"],
                                 report)
-    assert code == 0 and (call["model"], call["inject"]) == ("small", bug)
+    assert code == 0 and (call["model"], call["inject"], call["echo"]) == ("small", bug, True)
     assert out == (
         f"model       ci (injected: {bug})\n"
         "result      VIOLATION  (invariant violated)\n"

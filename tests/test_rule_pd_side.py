@@ -119,3 +119,13 @@ def test_a_request_id_held_again_drops_its_old_pages_first() -> None:
     assert side.hold("r", np.arange(3, dtype=np.int64), 3 * BLOCK)  # its 2 rows came back
     assert side.prefiller.arena.held == {"r": [0, 1, 2]}
     assert side.figures.arrived == 2 and side.prompt_tokens["r"] == 3 * BLOCK
+
+
+def test_blocks_of_two_tokens_still_draw_prompts_that_end_inside_their_final_block() -> None:
+    # a block of 2 has one unaligned length (1 token in its last block); only a block of
+    # 1 has none (pdimport/sim.py:115:int:2 took 2 for 1)
+    for block in (2, 1):
+        side = PdSide(PdOptions(share=1.0), seed=0, layers=1, block_tokens=block, row_bytes=16,
+                      capacity_pages=8)
+        drawn = [side.draw(3) for _ in range(200)]
+        assert set(drawn) == ({3 * block, 3 * block - 1} if block == 2 else {3})

@@ -57,6 +57,12 @@ def test_finish_before_the_end_is_refused_with_the_import_still_live(abort: bool
     tr.poll(h)  # two READs posted, in flight
     if abort:
         tr.abort(h)  # failed, but its posted READs still write
+    # block memory cannot go while an import may still write it (base.py:117:raise:9)
+    blocks = np.zeros(PAGE, np.uint8)
+    tr.register(blocks)
+    with pytest.raises(TransportError, match=r"^block memory is still being written by an import$"):
+        tr.deregister_all()
+    assert list(tr.regions.values()) == [blocks]
     refusals = 0
     while not h.ended:
         before = copy.deepcopy((h.states, h.dests, h.error and str(h.error)))
@@ -69,6 +75,8 @@ def test_finish_before_the_end_is_refused_with_the_import_still_live(abort: bool
     assert refusals >= 2
     tr.finish(h)
     assert not tr.live
+    tr.deregister_all()  # every import ended: the memory can go
+    assert tr.regions == {}
     pool.release(leases)  # the caller's to return, once the import has ended
     assert pool.in_use == 0
 

@@ -79,6 +79,10 @@ def test_plan_answers_from_geometry_alone() -> None:
     assert long.hisparse_max == (100 * GIB - 2048 * block) // long.hisparse_bytes
     assert long.host_needed == long.hisparse_max * 2048 * block
     assert long.host_holds == p.host_blocks // 2048
+    # what runs: the fewer of what HBM and the host pool hold, for each context
+    # (plan.py:139:var:35 bounded it by the longest context instead)
+    for row in p.rows:
+        assert row.running == min(row.hisparse_max, row.host_holds)
     assert long.hisparse_max > 4 * long.disabled_max  # the point of HiSparse at 128k
     assert p.rows[0].ratio < long.ratio  # and it grows with context
 

@@ -249,3 +249,11 @@ def test_a_step_naming_a_page_outside_the_header_is_refused(
     with pytest.raises(TraceFormatError, match=r"unknown page \['r\d', \d\]$") as err:
         read_trace(path)
     assert err.value.line == 2
+
+
+def test_a_trace_that_is_not_there_cannot_be_read_at_line_0(tmp_path: Path) -> None:
+    # (trace.py:401:raise:8: no test read a missing file)
+    missing = tmp_path / "missing.jsonl"
+    with pytest.raises(TraceFormatError, match=r"cannot read: .*No such file") as err:
+        read_trace(missing)
+    assert err.value.line == 0 and str(err.value).startswith(f"{missing}: cannot read: ")  # (line 0: no line is named)

@@ -117,6 +117,8 @@ EQUIVALENT: dict[str, str] = {
     "spec/machine.py:755:int:10": "block 0 also goes through _host, which passes it",
     "hisparse/sizing/cli.py:100:none:12": "--max-running is None or a positive int",
     "hisparse/workerproc.py:175:call:11": "the copy goes when __init__ returns (a start-only wait)",
+    "hisparse/workerproc.py:195:call:13": "the finalizer then meets a dead process, a closed pipe",
+    "executor/accounting.py:199:var:14": "a stack of no misses adds no row to the plan",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
