@@ -13,8 +13,9 @@ from __future__ import annotations
 import pytest
 
 from hisparse.spec.constants import ProtocolConfig
+from hisparse.spec.errors import ActionNotEnabled
 from hisparse.spec.machine import ProtocolMachine
-from tests.protocol_helpers import UNIVERSE
+from tests.protocol_helpers import UNIVERSE, full_spill
 
 
 def unchecked(bug: str) -> ProtocolMachine:
@@ -91,3 +92,23 @@ def test_release_source_at_send_frees_the_gpu_block_at_start_spill() -> None:
         got[bug] = (s.gpu_owner[g], s.loc[("r0", 1)], s.gpu_data[g])
     assert got["none"] == (("r0", 1), ("gpu", 0), UNIVERSE["r0"][0])
     assert got["release_source_at_send"] == (None, ("host", 1), "garbage")
+
+
+def test_retire_waits_for_host_pages_waits_only_on_the_requests_own_keys() -> None:
+    """The variant keeps an ended request from retiring while a host block holds one of
+    its own keys; another request's published page does not hold it up
+    (variants.py:157:cmp:14 waited on every other key)."""
+    cfg = ProtocolConfig(gpu_blocks=3, host_pool_bytes=9, host_block_bytes=2,
+                         bug="retire_waits_for_host_pages")
+    m = ProtocolMachine.create(cfg, check=False)
+    m.add_request("a", ("ka",))
+    m.add_request("b", ("kb",))
+    m.Arrive("b")
+    full_spill(m, ("b", 1), 0)  # published: host block 0 holds b's key
+    m.Arrive("a")
+    m.Finish("a")
+    m.Retire("a")  # nothing of a's on a host block: retired as the protocol would
+    assert "a" not in m.state.req
+    m.Finish("b")
+    with pytest.raises(ActionNotEnabled, match="a host block still holds a key of 'b'"):
+        m.Retire("b")  # the deviation: its own key is still on host block 0

@@ -119,6 +119,11 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/workerproc.py:175:call:11": "the copy goes when __init__ returns (a start-only wait)",
     "hisparse/workerproc.py:195:call:13": "the finalizer then meets a dead process, a closed pipe",
     "executor/accounting.py:199:var:14": "a stack of no misses adds no row to the plan",
+    "executor/validate.py:136:int:11": "block 0 takes the field-by-field path: the same ints",
+    "spec/catalogue.py:680:reorder:4": "a pure regex moved before an append-only if",
+    "spec/invariants.py:435:reorder:3": "a pure set built for every request, read for aborted",
+    "hisparse/coordinator.py:523:reorder:7": "a pure read moved before an early return",
+    "hisparse/cli.py:447:reorder:2": "a pure constructor moved before a raise",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
