@@ -191,3 +191,12 @@ def test_trusted_messages_pickle_and_copy_as_validated_ones_do() -> None:
         valid = type(m).model_validate(m.model_dump())
         assert pickle.loads(pickle.dumps(m)) == m == valid
         assert copy.deepcopy(m) == m and m.__pydantic_private__ is None
+
+
+def test_an_empty_epoch_beside_a_since_is_named_as_too_short() -> None:
+    # an empty tuple is not a missing one (messages.py:174:none:13 read it as missing and
+    # named the wrong rule)
+    with pytest.raises(ValidationError, match="epoch needs one non-negative number per rank"):
+        HiSparseConnectorMetadata(transfers=(), seq=1, since=(0,), epoch=())
+    with pytest.raises(ValidationError, match="seq, since and epoch come together"):
+        HiSparseConnectorMetadata(transfers=(), seq=1, since=(0,), epoch=None)

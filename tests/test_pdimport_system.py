@@ -254,3 +254,13 @@ def test_every_import_that_ended_is_taken_up_at_the_next_step(
     rep = simulate(SimulateOptions(**PD, gpu_blocks=40, abort_rate=0.02))  # type: ignore[arg-type]
     assert rep.violations == 0 and rep.data_mismatches == 0
     assert behind > 0  # the case the rule is about was met
+
+
+def test_imports_that_never_end_fail_the_drain_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An import that no round of the drain can end is an error naming it, not a hang
+    or a silent end (simulate.py:722:raise:1: every import always ended in the tests).
+    The stuck import is made by stopping the step's pass over the imports."""
+    sim = Simulation(SimulateOptions(**PD, gpu_blocks=40))  # type: ignore[arg-type]
+    monkeypatch.setattr(Simulation, "_schedule_imports", lambda self: None)
+    with pytest.raises(RuntimeError, match=r"^imports still in flight after the drain: \{'"):
+        sim.run()

@@ -183,3 +183,12 @@ def test_an_empty_prompt_is_skipped_and_the_requests_after_it_are_read(tmp_path:
     got = mooncake(path, MooncakeShape(10, 1.0, 64))
     assert [(a.request_id, a.page_keys) for a in got] == [
         ("mc0", ("m1:0", "m1:1")), ("mc1", ("m2:0", "m2:1"))]
+
+
+def test_a_trace_with_no_request_is_refused(tmp_path: Path) -> None:
+    # empty, or every prompt empty (workload.py:142:raise:3: no test had one)
+    path = tmp_path / "t.jsonl"
+    for text in ("", '{"timestamp": 0, "input_length": 0, "output_length": 3, "hash_ids": []}\n'):
+        path.write_text(text)
+        with pytest.raises(WorkloadError, match=r"t\.jsonl: no request in the trace$"):
+            mooncake(path, MooncakeShape(10, 1.0, 64))
