@@ -68,6 +68,7 @@ def test_plan_answers_from_geometry_alone() -> None:
     g = MODELS["deepseek-v3.2"]
     p = plan(g, gpu_kv_gib=100, host_gib=400, contexts=(32768, 131072),
              machine_ram=1024 * GIB)
+    assert (p.model, p.gpu_kv_gib, p.host_gib) == ("deepseek-v3.2", 100, 400)
     block = 64 * 656 * 61
     long = p.rows[1]
     assert long.pages == 2048 and p.min_host_blocks == 2048

@@ -124,6 +124,7 @@ EQUIVALENT: dict[str, str] = {
     "spec/invariants.py:435:reorder:3": "a pure set built for every request, read for aborted",
     "hisparse/coordinator.py:523:reorder:7": "a pure read moved before an early return",
     "hisparse/cli.py:447:reorder:2": "a pure constructor moved before a raise",
+    "hisparse/bench/nixl.py:114:var:25": "how many staged imports the median is of",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
