@@ -13,7 +13,7 @@ import pytest
 from hisparse.blockpool import BlockPool
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
-from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
+from hisparse.coordinator import HiSparseCoordinator, ImportNeverFits, RequestNeverFits
 from hisparse.spec.errors import UnknownImport
 from hisparse.spec.messages import (
     CONNECTOR_METADATA,
@@ -322,6 +322,20 @@ def test_a_device_import_larger_than_the_modelled_pool_never_fits() -> None:
     c = HiSparseCoordinator(cfg, kv, gpu_blocks=2)
     c.add_import("r", ["k1", "k2", "k3"], num_tokens=12, block_size=4)
     with pytest.raises(RequestNeverFits, match=r"^request 'r' needs 3 GPU blocks .* the pool "
-                                               r"holds 2: "):
+                                               r"holds 2: ") as err:
         c.admit_import("r")
+    # each figure in its own field (coordinator.py:93:var:3 stored the need as the pool)
+    assert (err.value.request_id, err.value.need, err.value.pool) == ("r", 3, 2)
     assert kv.num_free == 8 and c.state.req["r"] == "new"  # nothing leased
+
+
+def test_a_host_import_larger_than_the_host_pool_never_fits() -> None:
+    # (ImportNeverFits had no test: coordinator.py:93:var:3 stored the need as the pool)
+    c, kv = make(gpu=2, host=2)
+    c.add_import("r", ["k1", "k2", "k3"], num_tokens=12, block_size=4)
+    with pytest.raises(ImportNeverFits) as err:
+        c.admit_import("r")
+    assert str(err.value) == ("imported request 'r' needs 3 host blocks; the host pool holds "
+                              "2: raise host_pool_gib")
+    assert (err.value.request_id, err.value.need, err.value.pool) == ("r", 3, 2)
+    assert kv.num_free == 2 and c.state.host_used == 0  # nothing leased

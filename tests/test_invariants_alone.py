@@ -18,7 +18,13 @@ import pytest
 from hisparse.bugs import PROTOCOL_BUGS as BUGS  # the bugs of tla/HiSparse.tla
 from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.errors import InvariantViolation
-from hisparse.spec.invariants import INVARIANTS, PROPERTIES, TypeOK, check_invariants
+from hisparse.spec.invariants import (
+    INVARIANTS,
+    PROPERTIES,
+    GapsDetected,
+    TypeOK,
+    check_invariants,
+)
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import (
     HostBlock,
@@ -606,3 +612,21 @@ def test_an_import_page_past_its_chunks_or_the_pool_is_a_type_error(field: str,
     with pytest.raises(InvariantViolation) as err:
         check_invariants(m.state)
     assert err.value.name == "TypeOK"
+
+
+def test_a_vanished_command_is_reported_for_a_rank_after_a_lost_one() -> None:
+    """GapsDetected looks at every rank: one whose loss is pending is skipped, not the
+    ranks after it (invariants.py:364:loop:5 stopped at the first lost rank)."""
+
+    m = make_machine(ranks=2)
+    m.Arrive("r0")
+    tid = m.StartSpill(("r0", 1), 0)
+    s = m.state
+    assert GapsDetected(s) == []
+    s.lost[0] = True  # rank 0's gap is pending: its missing command is accounted for
+    del s.down[0][tid]
+    assert GapsDetected(s) == []
+    del s.down[1][tid]  # rank 1's command vanished with no gap: reported
+    (why,) = GapsDetected(s)
+    assert why.startswith("rank 1 has not acknowledged the command into host block ")
+    assert why.endswith(", but nothing carries it and no gap is pending")

@@ -165,3 +165,14 @@ def test_a_worker_that_outlives_terminate_is_killed() -> None:
 
     _stop(Stubborn(), Gone())  # type: ignore[arg-type]
     assert calls == ["close", "join 5", "terminate", "join 5", "kill", "join None"]
+
+
+def test_a_worker_process_whose_start_fails_is_stopped_at_once() -> None:
+    # the refused hello stops the child before the error reaches the caller, while the
+    # caller still holds the error (workerproc.py:184:call:28 left it to the finalizer)
+    before = {p.pid for p in multiprocessing.active_children()}
+    with pytest.raises(Exception, match="executor") as err:
+        ProcessWorker(0, CONFIG, gpu_blocks=4, slots=2, executor="abacus", max_positions=16)
+    assert err.value is not None
+    started = [p for p in multiprocessing.active_children() if p.pid not in before]
+    assert started == []

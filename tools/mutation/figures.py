@@ -125,6 +125,8 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/coordinator.py:523:reorder:7": "a pure read moved before an early return",
     "hisparse/cli.py:447:reorder:2": "a pure constructor moved before a raise",
     "hisparse/bench/nixl.py:114:var:25": "how many staged imports the median is of",
+    "spec/machine.py:956:reorder:20": "the write moves before writes that do not read it",
+    "spec/trace.py:499:reorder:3": "a local list appended before a raise: discarded",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
