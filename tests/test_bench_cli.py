@@ -259,3 +259,15 @@ def test_the_equal_hbm_bench_takes_the_prefill_chunk_given_or_its_default(
     got.clear()
     assert main(["bench", "equal-hbm", "--no-same-batch", *flag]) == 0
     assert got[0]["same_batch"] is False
+
+
+def test_the_churn_bench_fails_when_state_is_left_after_its_drain(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # (bench/cli.py:333:raise:5: every churn run drains clean, so a stand-in run leaves
+    # something behind)
+    import hisparse.bench.churn as churn
+
+    left = ["pipelined: 1 open spill"]
+    monkeypatch.setattr(churn, "run", lambda *a, **k: {"requests": 1, "left_after_drain": left})
+    assert main(["bench", "churn", "--requests", "1"]) != 0
+    assert "state left after the drain: ['pipelined: 1 open spill']" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -110,3 +111,15 @@ def test_an_unwritable_folder_or_file_is_refused(
         cliargs.out_path(str(new if unwritable == "folder" else existing))
     if unwritable == "file":  # a new file beside it: the folder is writable
         assert cliargs.out_path(str(new)) == new
+
+
+def test_an_input_file_that_cannot_be_read_is_refused(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # root reads any file, so unreadability is stood in for (cliargs.py:108:raise:11)
+    f = tmp_path / "t.jsonl"
+    f.write_text("{}\n")
+    assert cliargs.in_file(str(f)) == f
+    monkeypatch.setattr(cliargs, "os", SimpleNamespace(access=lambda path, mode: False,
+                                                       R_OK=os.R_OK))
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"^{f} is not readable$"):
+        cliargs.in_file(str(f))

@@ -164,3 +164,13 @@ def test_a_refused_restore_is_counted_once_and_changes_nothing_else() -> None:
     assert after == {**stats, "restore_refusals": stats["restore_refusals"] + 1}
     s.stats.restore_refusals -= 1  # the one change: the count, checked above
     assert _state(s) == before
+
+
+def test_no_external_tokens_restore_nothing_even_for_a_request_never_matched() -> None:
+    """An engine calls update_state_after_alloc for every scheduled request, most with
+    no external tokens: nothing is read or started (offloading.py:102:cmp:2 looked the
+    request's hashes up first: a KeyError for one never matched)."""
+    sched = _scheduler()
+    before = _state(sched)
+    sched.update_state_after_alloc("never-matched", [0, 1], 0)
+    assert _state(sched) == before

@@ -243,6 +243,11 @@ def test_sizing_replay_side_by_side_cli(tmp_path: Path,
       "--indexer-offload"], "--indexer-offload"),
     (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
       "--offload-blocks", "7"], "--offload-blocks"),
+    # each of these alone (sizing/cli.py:78:bool:1 refused only all of them at once)
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--tp", "2"], "one in-process worker"),
+    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
+      "--speculative", "2"], "one in-process worker"),
 ])
 def test_model_simulate_refuses_in_one_line(argv: list[str], message: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:

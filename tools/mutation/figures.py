@@ -127,6 +127,11 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/bench/nixl.py:114:var:25": "how many staged imports the median is of",
     "spec/machine.py:956:reorder:20": "the write moves before writes that do not read it",
     "spec/trace.py:499:reorder:3": "a local list appended before a raise: discarded",
+    "hisparse/cli.py:391:var:22": "an argument in another help group parses the same",
+    "hisparse/tp/run.py:549:none:8": "a host arena has no __bool__/__len__: truthy",
+    "hisparse/msgshape.py:164:reorder:4": "a pure getattr moved before a return",
+    "hisparse/transport/base.py:287:none:7": "an import's error is None or an exception",
+    "hisparse/pdimport/sim.py:113:cmp:5": "random() is exactly 0.5 with chance 2**-53",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
