@@ -431,3 +431,21 @@ def test_survivors_of_an_earlier_run_are_found_in_an_edited_file() -> None:
                {"id": "a.py:7:not:0", "file": "a.py", "line": 7, "operator": "not",
                 "before": "not y", "status": SURVIVED}]  # edited away since
     assert mutate.map_survivors(earlier, now) == {"a.py:11:cmp:1": "a.py:9:cmp:1"}
+
+
+def test_the_survivors_table_says_what_became_of_each() -> None:
+    from tools.mutation import figures
+
+    equivalent = next(iter(figures.EQUIVALENT))
+    run = {"outcomes": [
+        {"id": "a.py:9:cmp:1", "status": SURVIVED, "before": "x < 1 | y"},
+        {"id": "a.py:3:cmp:0", "status": KILLED, "before": "x < 0"},
+        {"id": equivalent, "status": SURVIVED, "before": "z"},
+        {"id": "a.py:20:not:0", "status": SURVIVED, "before": "not w"}]}
+    rerun = {"outcomes": [{"id": "a.py:11:cmp:1", "of": "a.py:9:cmp:1", "status": KILLED,
+                           "killer": "tests/t.py::test_x"}]}
+    assert figures.survivors(run, rerun).splitlines() == [
+        "| mutant | edited line | now |", "|---|---|---|",
+        "| `a.py:9:cmp:1` | `x < 1 \\| y` | killed by `tests/t.py::test_x` |",
+        f"| `{equivalent}` | `z` | equivalent: {figures.EQUIVALENT[equivalent]} |",
+        "| `a.py:20:not:0` | `not w` | **survives** |"]

@@ -86,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rerun", type=Path,
                     help="with --figures: a later run of its survivors (tests added since): "
                          "those it kills are counted 'killed later'")
+    ap.add_argument("--survivors", action="store_true",
+                    help="with --figures: also a table of every survivor and what became of it")
     ap.add_argument("--cover-map", type=Path,
                     help="a coverage map of this tree: a mutant in a function body runs the "
                          "tests that run its lines (its whole suite) instead of guards + suite")
@@ -174,7 +176,7 @@ def _counts(mutants: list[Mutant], key: str) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.figures:
-        print(figures.main(args.figures, args.rerun))
+        print(figures.main(args.figures, args.rerun, args.survivors))
         return 0
     if args.check_killers:
         return check_killers(args.check_killers, args.jobs)

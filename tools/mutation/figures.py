@@ -230,15 +230,38 @@ def tables(doc: dict[str, Any], rerun: dict[str, Any] | None = None) -> str:
     return "\n".join(out)
 
 
+def survivors(doc: dict[str, Any], rerun: dict[str, Any] | None = None) -> str:
+    """A markdown table of the run's survivors and what became of each: the test that
+    killed it when run again, or the argument it is equivalent by, or still open."""
+    later = {o.get("of", o["id"]): o for o in (rerun or {}).get("outcomes", [])}
+    rows = ["| mutant | edited line | now |", "|---|---|---|"]
+    for o in doc["outcomes"]:
+        if o["status"] != SURVIVED:
+            continue
+        again = later.get(o["id"])
+        if again is not None and again["status"] in (KILLED, TIMEOUT):
+            now = f"killed by `{again.get('killer') or again['status']}`"
+        elif o["id"] in EQUIVALENT:
+            now = f"equivalent: {EQUIVALENT[o['id']]}"
+        else:
+            now = "**survives**"
+        line = o["before"].replace("|", "\\|")
+        rows.append(f"| `{o['id']}` | `{line}` | {now} |")
+    return "\n".join(rows)
+
+
 def unreached(doc: dict[str, Any]) -> list[str]:
     """Files of the selection the run did not reach at all."""
     ran = {o["file"] for o in doc["outcomes"]}
     return [f for f, n in doc["selected_by_file"].items() if n and f not in ran]
 
 
-def main(path: Path, rerun: Path | None = None) -> str:
+def main(path: Path, rerun: Path | None = None, with_survivors: bool = False) -> str:
     doc = json.loads(path.read_text())
-    lines = [tables(doc, json.loads(rerun.read_text()) if rerun else None)]
+    again = json.loads(rerun.read_text()) if rerun else None
+    lines = [tables(doc, again)]
+    if with_survivors:
+        lines += ["", survivors(doc, again)]
     miss = unreached(doc)
     if miss:
         lines.append("\nNot reached: " + ", ".join(f"`{f}`" for f in miss))
