@@ -208,3 +208,26 @@ def test_a_refused_launch_says_how_many_blocks_why_and_what_to_do(
     err = getattr(errors, cls)(3)
     assert isinstance(err, errors.LaunchRefused) and err.blocks == 3
     assert str(err) == f"3 resolver block(s) refused: {what}; {advice}"
+
+
+def test_a_staged_page_into_a_host_block_is_refused_out_of_range_or_misshapen() -> None:
+    # the reference's refusals of write_host_block, each changing nothing (only the GPU
+    # test compared them before; executor/validate.py:171:raise:19 let a misshapen page in)
+    from hisparse.executor import BadPlan, PoolLayout, ReferenceExecutor
+
+    layout = PoolLayout(gpu_blocks=2, host_blocks=3, block_tokens=4, row_bytes=16,
+                        hot_rows=4, slots=1)
+    ex = ReferenceExecutor()
+    pools = ex.allocate(layout)
+    before = pools.host.copy()
+    page = np.full((4, 16), 7, np.uint8)
+    for block, data, why in (
+        (3, page, "host block 3 outside 0..2"), (-1, page, "host block -1 outside 0..2"),
+        (1, page[:-1], r"a host block is 4 rows of 16 bytes, got \(3, 16\)"),
+        (1, page.reshape(8, 8), r"a host block is 4 rows of 16 bytes, got \(8, 8\)"),
+    ):
+        with pytest.raises(BadPlan, match=f"^{why}$"):
+            ex.write_host_block(pools, block, data)
+        assert np.array_equal(pools.host, before)
+    ex.write_host_block(pools, 2, page)
+    assert (pools.host[8:12] == 7).all() and np.array_equal(pools.host[:8], before[:8])

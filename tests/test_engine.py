@@ -89,6 +89,10 @@ def test_shapes_refuse_bad_values() -> None:
         EngineShape(slots=1, max_context=1024, top_k=2048)
     with pytest.raises(EngineConfigError, match="multiple of block_tokens"):
         EngineShape(slots=1, max_context=1000, top_k=64)
+    # no negative drafts (engine/config.py:112:var:24 checked slots twice)
+    with pytest.raises(EngineConfigError, match=r"^num_speculative_tokens must be >= 0, got -1"):
+        EngineShape(slots=1, max_context=1024, top_k=64, num_speculative_tokens=-1)
+    assert EngineShape(slots=1, max_context=1024, top_k=64).num_speculative_tokens == 0
     shape = EngineShape(slots=1, max_context=1024, top_k=64)
     with pytest.raises(EngineConfigError, match="exceed max_context"):
         make_request("r", [], 1000, 100, shape=shape, vocab=100)

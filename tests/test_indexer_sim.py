@@ -38,6 +38,8 @@ def test_restores_and_fallbacks_happen_with_every_row_correct() -> None:
     assert ix["fallback_pages"] > 0 and ix["fallback_bytes"] == (
         ix["fallback_pages"] * OPTS.host_block_bytes)
     assert ix["rows_checked"] > 0 and ix["open_jobs"] == 0
+    # admissions the pools could not take are counted, up (indexer_sim.py:137:arith:11)
+    assert rep.admissions_refused > 0
     assert ix["children"] == ["hisparse", "offload"]
     assert rep.finished + rep.aborted + rep.still_running == ix["admissions"]
     assert sim.group.num_free == sim.group.blocks  # every indexer block back

@@ -116,3 +116,17 @@ def test_a_plot_without_matplotlib_is_refused_before_the_run(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
     with pytest.raises(ReportError, match=r"^--plot needs matplotlib: pip install 'hisparse\[plot\]'$"):
         check_plot_available()
+
+
+@pytest.mark.parametrize(("backing", "pool"), [
+    ("private", "private per rank"),
+    ("shared", "one shared allocation (rank 0 copies, the others read after its events)")])
+def test_a_tensor_parallel_run_says_how_its_ranks_share_the_work(backing: str,
+                                                                 pool: str) -> None:
+    # (report.py:78:arith:17: no report of a TP run was rendered)
+    from hisparse.report import header_lines
+
+    sizes = {**report_json(simulate(FAST))["sizes"], "tp_ranks": 2, "backing": backing}
+    assert header_lines(sizes)[2] == (
+        "ranks        2 tensor-parallel ranks, the same commands to each, every rank's acks "
+        f"merged and rows checked; host pool {pool}; hits and host->device bytes are rank 0's")

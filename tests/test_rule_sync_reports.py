@@ -204,3 +204,26 @@ def test_a_class_missing_from_its_modules_source_is_refused_by_name(
     with pytest.raises(OSError) as err:
         catalogue._source(moved)
     assert str(err.value) == f"no source for {moved!r} in {py}"
+
+
+def test_the_method_reach_takes_each_method_once() -> None:
+    # a diamond of calls: d is reached twice and read once (catalogue.py:591:bool:3 read a
+    # method again each time it was reached, and would loop on a cycle)
+    class Diamond:
+        def a(self) -> None:
+            self.b()
+            self.c()
+
+        def b(self) -> None:
+            self.d()
+
+        def c(self) -> None:
+            self.d()
+
+        def d(self) -> None:
+            self.steps = 1  # an attribute, not a method: not followed
+
+    text = catalogue._method_reach(Diamond, "a")
+    assert [line.strip() for line in text.splitlines() if line.strip().startswith("def ")] == \
+        ["def a(self) -> None:", "def c(self) -> None:", "def d(self) -> None:",
+         "def b(self) -> None:"]

@@ -116,3 +116,25 @@ def test_block_memory_must_be_a_non_empty_contiguous_byte_array() -> None:
     one = np.zeros(1, np.uint8)
     tr.register(one)
     assert list(tr.regions.values()) == [one]
+
+
+def test_an_abort_keeps_the_first_failure_and_leaves_a_done_import_done() -> None:
+    """Abort fails a live import once: a second abort keeps the first reason, and an
+    import already done stays done without an error (base.py:278:bool:6 failed both)."""
+    pool = StagingPool(4 * PAGE, 4, PAGE)
+    peer = LoopbackPrefiller("p", np.zeros((4, PAGE), np.uint8))
+    peer.put("a", np.full((2, PAGE), 6, np.uint8))
+    peer.put("b", np.full((2, PAGE), 7, np.uint8))
+    tr = LoopbackTransport(pool, 1, 2)
+    tr.connect(peer)
+    live = tr.begin(ImportRequest("a", 2 * BLOCK, ROW, BLOCK, "p", LAYERS),
+                    peer.announce("a", 2 * BLOCK, ROW, BLOCK, LAYERS), pool.lease("a", 2))
+    tr.abort(live, "first")
+    tr.abort(live, "second")
+    assert live.error is not None and "first" in str(live.error) and "second" not in str(live.error)
+    done = tr.wait(tr.begin(ImportRequest("b", 2 * BLOCK, ROW, BLOCK, "p", LAYERS),
+                            peer.announce("b", 2 * BLOCK, ROW, BLOCK, LAYERS),
+                            pool.lease("b", 2)))
+    assert done.done and done.error is None
+    tr.abort(done, "too late")
+    assert done.done and done.error is None

@@ -312,7 +312,11 @@ def test_the_disabled_replay_admits_a_request_of_exactly_its_pool() -> None:
     from hisparse.workload import Arrival
 
     arrivals = [Arrival(0, "fits", tuple(f"a{i}" for i in range(4)), 2),
-                Arrival(0, "over", tuple(f"b{i}" for i in range(5)), 2)]
+                Arrival(0, "over", tuple(f"b{i}" for i in range(5)), 2),
+                Arrival(3, "later", ("c0",), 1)]
     rep = baseline.DisabledRun(arrivals, gpu_blocks=4, max_running=2).run(100)
-    assert (rep.requests, rep.finished, rep.too_large, rep.never_admitted) == (2, 1, 1, 1)
-    assert rep.decoded_tokens == 2
+    assert (rep.requests, rep.finished, rep.too_large, rep.never_admitted) == (3, 2, 1, 1)
+    assert rep.decoded_tokens == 3
+    # a wait is the steps from arrival to admission: "later" found room at once
+    # (baseline.py:72:arith:8 added the arrival step)
+    assert rep.waits == [0, 0]
