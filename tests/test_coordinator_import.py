@@ -339,3 +339,12 @@ def test_a_host_import_larger_than_the_host_pool_never_fits() -> None:
                               "2: raise host_pool_gib")
     assert (err.value.request_id, err.value.need, err.value.pool) == ("r", 3, 2)
     assert kv.num_free == 2 and c.state.host_used == 0  # nothing leased
+
+
+@pytest.mark.parametrize("block_size", [0, -4])
+def test_an_import_with_no_block_size_is_refused_and_declares_nothing(block_size: int) -> None:
+    # (coordinator.py:352:bool:8 divided by it: a ZeroDivisionError, or pages from it)
+    c, _ = make()
+    with pytest.raises(ValueError, match=rf"^8 tokens in blocks of {block_size} are not 2 pages$"):
+        c.add_import("r", ["k1", "k2"], num_tokens=8, block_size=block_size)
+    assert "r" not in c.state.req and "r" not in c.state.page_keys

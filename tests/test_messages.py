@@ -200,3 +200,17 @@ def test_an_empty_epoch_beside_a_since_is_named_as_too_short() -> None:
         HiSparseConnectorMetadata(transfers=(), seq=1, since=(0,), epoch=())
     with pytest.raises(ValidationError, match="seq, since and epoch come together"):
         HiSparseConnectorMetadata(transfers=(), seq=1, since=(0,), epoch=None)
+
+
+@pytest.mark.parametrize("field", ["imports_landed", "imports_done", "imports_failed"])
+def test_a_worker_meta_names_an_import_once_per_kind_of_ack(field: str) -> None:
+    # every kind is checked, landed acks too (messages.py:226:var:24 checked failed twice)
+    from hisparse.spec.messages import ImportFailure, ImportLanded
+
+    acks: dict[str, tuple[object, ...]] = {
+        "imports_landed": (ImportLanded(import_id=4, pages=(1,)), ImportLanded(import_id=4, pages=(2,))),
+        "imports_done": (4, 4),
+        "imports_failed": (ImportFailure(import_id=4, reason="transport", detail="x"),) * 2,
+    }
+    with pytest.raises(ValidationError, match=f"duplicate import ID in {field}"):
+        HiSparseWorkerMeta(enqueued=(), completed=(), **{field: acks[field]})
