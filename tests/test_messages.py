@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given
@@ -207,10 +209,11 @@ def test_a_worker_meta_names_an_import_once_per_kind_of_ack(field: str) -> None:
     # every kind is checked, landed acks too (messages.py:226:var:24 checked failed twice)
     from hisparse.spec.messages import ImportFailure, ImportLanded
 
-    acks: dict[str, tuple[object, ...]] = {
-        "imports_landed": (ImportLanded(import_id=4, pages=(1,)), ImportLanded(import_id=4, pages=(2,))),
+    acks: dict[str, Any] = {
+        "imports_landed": (ImportLanded(import_id=4, pages=(1,)),
+                           ImportLanded(import_id=4, pages=(2,))),
         "imports_done": (4, 4),
         "imports_failed": (ImportFailure(import_id=4, reason="transport", detail="x"),) * 2,
     }
     with pytest.raises(ValidationError, match=f"duplicate import ID in {field}"):
-        HiSparseWorkerMeta(enqueued=(), completed=(), **{field: acks[field]})
+        HiSparseWorkerMeta.model_validate({"enqueued": (), "completed": (), field: acks[field]})
