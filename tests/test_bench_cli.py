@@ -271,3 +271,10 @@ def test_the_churn_bench_fails_when_state_is_left_after_its_drain(
     monkeypatch.setattr(churn, "run", lambda *a, **k: {"requests": 1, "left_after_drain": left})
     assert main(["bench", "churn", "--requests", "1"]) != 0
     assert "state left after the drain: ['pipelined: 1 open spill']" in capsys.readouterr().err
+
+
+def test_the_nixl_bench_refuses_a_negative_staging_pool(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # (bench/cli.py:376:raise:7: no test gave one; refused before NIXL starts)
+    assert main(["bench", "nixl", "--staging-slots", "-1"]) != 0
+    assert "--staging-slots must be 0 or more" in capsys.readouterr().err

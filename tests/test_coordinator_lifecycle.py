@@ -355,6 +355,9 @@ def test_a_host_hit_is_no_eviction_victim_while_referenced() -> None:
     ack(c, done=(tid,))
     c.finish("a")  # the published page is unreferenced: an eviction candidate
     c.add_request("b", ["x0"])
+    # its one page is a prefix hit: it needs no GPU block beyond it (coordinator.py's
+    # 180:arith:5 added the hits to the pages instead)
+    assert (c.lookup_prefix("b"), c.gpu_blocks_needed("b")) == (1, 0)
     admission = c.admit("b")
     assert admission is not None and admission.table == (("host", 0),)  # the prefix hit
     assert c.evict_published() == 0  # referenced by b again: not a victim

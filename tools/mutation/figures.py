@@ -133,6 +133,8 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/transport/base.py:287:none:7": "an import's error is None or an exception",
     "hisparse/pdimport/sim.py:113:cmp:5": "random() is exactly 0.5 with chance 2**-53",
     "spec/machine.py:169:none:18": "an Observer has no __bool__/__len__: truthy",
+    "hisparse/indexer_sim.py:145:raise:5": "unreachable: the check above grants the blocks",
+    "hisparse/simulate.py:646:none:11": "worker meta bytes are None or non-empty JSON",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
