@@ -550,3 +550,14 @@ def test_oversized_message_bytes_are_refused_before_parsing() -> None:
     with pytest.raises(MalformedMetadata) as exc:  # one byte less than over, not JSON
         conn.bind_connector_metadata(b"[" * MAX_MESSAGE_BYTES)
     assert not isinstance(exc.value, OversizedMetadata)
+
+
+def test_a_sequenced_metadata_that_numbers_no_rank_is_refused() -> None:
+    # an empty since is a numbering of no rank, not an unsequenced message
+    # (worker.py:209:none:10 read it as unsequenced and applied it)
+    w = worker()
+    before = wsnap(w)
+    meta = HiSparseConnectorMetadata(transfers=(), seq=0, since=(), epoch=())
+    with pytest.raises(WorkerError, match="connector metadata 0 numbers no epoch for rank 0"):
+        w.apply(meta)
+    assert wsnap(w) == before

@@ -195,6 +195,9 @@ def test_churn_bench_drains_to_empty() -> None:
     tenth = 2000 // 10
     deciles_cpu = sum(doc["per_request_cpu_us_by_decile"]) * tenth / 1e6
     assert deciles_cpu - 0.01 <= doc["cpu_seconds"] <= deciles_cpu + 0.02
+    # the memory growth is measured from the end of the first decile
+    # (churn.py:196:cmp:12 took every later one)
+    assert doc["rss_warm_after_requests"] == tenth
     assert doc["left_after_drain"] == []
     assert doc["acks"] == "pipelined"  # the headline shape
     # which build ran: the sources, or tools/build_compiled.py's modules

@@ -103,6 +103,17 @@ def test_shapes_refuse_bad_values() -> None:
     assert make_request("r", [], 2, 1, shape=shape, vocab=100).max_new == 1
 
 
+def test_pages_past_the_hash_ids_get_keys_of_their_own() -> None:
+    # a prompt longer than its hash ids cover: the whole blocks past them are not shared
+    # (engine/workload.py:104:cmp:9 read one hash id past the end)
+    shape = EngineShape(slots=1, max_context=4096, top_k=64)
+    r = make_request("r", [7], 1400, 10, shape=shape, vocab=1000)
+    per_block = 512 // shape.block_tokens
+    assert all(k.startswith("h") for k in r.page_keys[:per_block])
+    assert r.page_keys[per_block:] == tuple(f"r:{j}" for j in range(per_block,
+                                                                    len(r.page_keys)))
+
+
 def test_shared_prefix_pages_share_keys_and_tokens() -> None:
     shape = EngineShape(slots=2, max_context=8192, top_k=64, num_speculative_tokens=1)
     a = make_request("a", [1, 2, 3], 1400, 10, shape=shape, vocab=1000)

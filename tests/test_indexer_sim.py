@@ -40,6 +40,9 @@ def test_restores_and_fallbacks_happen_with_every_row_correct() -> None:
     assert ix["rows_checked"] > 0 and ix["open_jobs"] == 0
     # admissions the pools could not take are counted, up (indexer_sim.py:137:arith:11)
     assert rep.admissions_refused > 0
+    # every finished request was forgotten by the connectors too: nothing per request is
+    # left (indexer_sim.py:186:call:10 never told the MultiConnector)
+    assert sim.offload._hashes == {} and sim.multi._loader == {}
     assert ix["children"] == ["hisparse", "offload"]
     assert rep.finished + rep.aborted + rep.still_running == ix["admissions"]
     assert sim.group.num_free == sim.group.blocks  # every indexer block back

@@ -285,3 +285,15 @@ def test_a_trace_with_an_injected_bug_flag_is_refused(
         assert cli.main(["check", "--trace", str(trace), *flag]) == 2
         assert capsys.readouterr() == (
             "", "hisparse: error: --trace cannot be combined with --inject/--list-bugs\n")
+
+
+def test_a_command_leaves_no_empty_scratch_folder(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    # every temporary folder of a run lives under one hisparse-* folder, removed when
+    # nothing was kept in it (cli.py:670:not:3 removed it only when something was)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert cli.main(["check", "--list-bugs"]) == 0
+    assert list(tmp_path.iterdir()) == []
+    assert tempfile.tempdir == str(tmp_path)  # put back as it was

@@ -320,3 +320,24 @@ def test_the_disabled_replay_admits_a_request_of_exactly_its_pool() -> None:
     # a wait is the steps from arrival to admission: "later" found room at once
     # (baseline.py:72:arith:8 added the arrival step)
     assert rep.waits == [0, 0]
+
+
+@pytest.mark.parametrize(("violations", "mismatches", "code"), [(0, 0, 0), (1, 0, 1),
+                                                                 (0, 1, 1), (2, 3, 1)])
+def test_a_sizing_replay_exits_1_on_a_violation_or_a_mismatch(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        violations: int, mismatches: int, code: int) -> None:
+    # either is a failed run (sizing/cli.py:174:bool:4 needed both); the summary is
+    # stood in for, the replay itself is real
+    import hisparse.sizing.cli as sizing_cli
+
+    real = sizing_cli.summary
+
+    def summary(res: Any) -> dict[str, Any]:
+        return {**real(res), "violations": violations, "data_mismatches": mismatches}
+
+    monkeypatch.setattr(sizing_cli, "summary", summary)
+    rc = cli.main(["simulate", "--model", "deepseek-v3.2", "--workload", "mooncake", str(TRACE),
+                   "--gpu-kv-gib", "3", "--host-gib", "8", "--max-running", "8", "--requests",
+                   "4", "--no-progress"])
+    assert rc == code

@@ -182,7 +182,7 @@ def churn(requests: int, host_blocks: int, acks: str) -> dict[str, Any]:
     ch = Churn(host_blocks, acks=acks)
     tenth = max(requests // 10, 1)
     deciles: list[float] = []
-    rss_warm = 0
+    rss_warm = warm_after = 0
     gc.collect()
     wall = time.perf_counter()
     start = time.process_time()
@@ -194,7 +194,7 @@ def churn(requests: int, host_blocks: int, acks: str) -> dict[str, Any]:
             deciles.append((t1 - t0) / tenth * 1e6)
             t0 = t1
             if len(deciles) == 1:
-                rss_warm = _rss_bytes()
+                rss_warm, warm_after = _rss_bytes(), i + 1
     total = time.process_time() - start
     wall = time.perf_counter() - wall
     rss_end = _rss_bytes()
@@ -209,6 +209,7 @@ def churn(requests: int, host_blocks: int, acks: str) -> dict[str, Any]:
         "requests_per_wall_s": round(requests / wall, 1),
         "wall_seconds": round(wall, 2),
         "rss_growth_after_first_decile_mib": round((rss_end - rss_warm) / 2**20, 2),
+        "rss_warm_after_requests": warm_after,  # where the growth is measured from
         "prefix_hits": ch.coordinator.prefix_hits,
         "retired": ch.coordinator.retired,
         "tables_at_end": tables_live,

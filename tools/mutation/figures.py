@@ -135,6 +135,7 @@ EQUIVALENT: dict[str, str] = {
     "spec/machine.py:169:none:18": "an Observer has no __bool__/__len__: truthy",
     "hisparse/indexer_sim.py:145:raise:5": "unreachable: the check above grants the blocks",
     "hisparse/simulate.py:646:none:11": "worker meta bytes are None or non-empty JSON",
+    "hisparse/coordinator.py:363:raise:7": "unreachable: a fresh declaration always arrives",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
@@ -185,6 +186,16 @@ EQUIVALENT: dict[str, str] = {
 
 LATER = "killed later"  # survived the run, killed when run again with the tests added since
 
+# mutants of GPU-only lines (no CPU test runs them) that the GPU test killed on the H200
+GPU_RUN = Path(__file__).resolve().parents[2] / "docs/mutation-run5/tprun_gpu_mutants.json"
+
+
+def gpu_kills() -> dict[str, str]:
+    """The GPU run's kills: id -> the test file that ran on the H200."""
+    doc = json.loads(GPU_RUN.read_text())
+    tests = " ".join(doc["tests"])
+    return {o["id"]: tests for o in doc["outcomes"] if o["status"] in (KILLED, TIMEOUT)}
+
 
 def _row(key: str, gen: int, c: Counter[str]) -> str:
     run = sum(c.values())
@@ -200,10 +211,11 @@ def statuses(doc: dict[str, Any], rerun: dict[str, Any] | None = None) -> list[s
     again on a later tree, each outcome naming the one it re-ran in ``of``) killed it,
     ``equivalent`` if argued so, else survived."""
     later = {o.get("of", o["id"]): o["status"] for o in (rerun or {}).get("outcomes", [])}
+    gpu = gpu_kills()
     out = []
     for o in doc["outcomes"]:
         status = o["status"]
-        if status == SURVIVED and later.get(o["id"]) in (KILLED, TIMEOUT):
+        if status == SURVIVED and (later.get(o["id"]) in (KILLED, TIMEOUT) or o["id"] in gpu):
             status = LATER
         elif status == SURVIVED and o["id"] in EQUIVALENT:
             status = "equivalent"
@@ -237,6 +249,7 @@ def survivors(doc: dict[str, Any], rerun: dict[str, Any] | None = None) -> str:
     """A markdown table of the run's survivors and what became of each: the test that
     killed it when run again, or the argument it is equivalent by, or still open."""
     later = {o.get("of", o["id"]): o for o in (rerun or {}).get("outcomes", [])}
+    gpu = gpu_kills()
     rows = ["| mutant | edited line | now |", "|---|---|---|"]
     for o in doc["outcomes"]:
         if o["status"] != SURVIVED:
@@ -244,6 +257,8 @@ def survivors(doc: dict[str, Any], rerun: dict[str, Any] | None = None) -> str:
         again = later.get(o["id"])
         if again is not None and again["status"] in (KILLED, TIMEOUT):
             now = f"killed by `{again.get('killer') or again['status']}`"
+        elif o["id"] in gpu:
+            now = f"killed on the H200 by `{gpu[o['id']]}` (GPU-only lines; docs/mutation-run5/)"
         elif o["id"] in EQUIVALENT:
             now = f"equivalent: {EQUIVALENT[o['id']]}"
         else:
