@@ -126,6 +126,12 @@ def test_bad_bytes_are_typed_errors_and_change_nothing() -> None:
         w.parse_metadata(b"{not json")
     with pytest.raises(MalformedChildMessage, match="outside"):
         w.parse_metadata(raw.replace(b'"gpu_block":0', b'"gpu_block":60'))
+    # one past the last block is outside too (offloading.py:241:cmp:11)
+    n_gpu = w.bounds()[0]
+    with pytest.raises(MalformedChildMessage, match=f"GPU block {n_gpu} / host slot"):
+        w.parse_metadata(raw.replace(b'"gpu_block":0', f'"gpu_block":{n_gpu}'.encode()))
+    assert w.parse_metadata(raw.replace(b'"gpu_block":0',
+                                        f'"gpu_block":{n_gpu - 1}'.encode())).stores
     assert w.queued() == 0
     with pytest.raises(MalformedChildMessage, match="never sent"):
         s.parse_worker_meta(OFFLOAD_WORKER_META.dump_json(OffloadWorkerMeta(done=(7,))))

@@ -123,3 +123,14 @@ def test_an_input_file_that_cannot_be_read_is_refused(
                                                        R_OK=os.R_OK))
     with pytest.raises(argparse.ArgumentTypeError, match=rf"^{f} is not readable$"):
         cliargs.in_file(str(f))
+
+
+def test_a_host_budget_of_no_whole_block_is_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # (cli.py:466:raise:4: no test gave a host budget below one block)
+    from hisparse.cli import main
+
+    assert main(["simulate", "--host-gib", "0.0000001", "--requests", "2", "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--host-gib 1e-07 holds no whole" in err
+    assert err.rstrip().endswith("-byte host block")

@@ -31,7 +31,12 @@ from hisparse.executor.layout import PoolLayout
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.pdimport import ImportRefused, ImportRunner
 from hisparse.spec.messages import ImportCommand, PageImport
-from hisparse.transport import LoopbackPrefiller, LoopbackTransport, StagingPool
+from hisparse.transport import (
+    AnnouncementRefused,
+    LoopbackPrefiller,
+    LoopbackTransport,
+    StagingPool,
+)
 from hisparse.transport.base import ImportHandle
 
 LAYERS, BLOCK, ROW = 2, 4, 16
@@ -178,3 +183,24 @@ def test_a_device_staging_pool_copies_each_cache_in_one_call_at_its_slot_blocks(
               (SimpleNamespace(host_block=7, gpu_block=None), 3)]
     ImportRunner._copy_out(runner, staged)
     assert calls == [("cache0", [(5, 0), (7, 6)]), ("cache1", [(5, 1), (7, 7)])]
+
+
+@pytest.mark.parametrize("target", ["host", "device"])
+def test_a_refused_bind_fails_the_import_and_returns_its_staging_slots(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transport refuses a chunk's descriptors (NIXL's check): the import fails as
+    refused and a host import's leased staging slots go back (runner.py:258:cmp:23
+    released them for the device target only)."""
+    runner, peer, staging = _runner(2, 1)
+    peer.put("a", np.full((2, PAGE), 3, np.uint8))
+
+    def refuse(handle: Any, chunk: int, dests: Any) -> None:
+        raise AnnouncementRefused("destination", "the descriptors were refused")
+
+    monkeypatch.setattr(runner.transport, "bind", refuse)
+    runner.start(_command(0, "a", target, 2, 0))
+    runner.drain()
+    _, done, failed = runner.take_acks()
+    assert not done and [(f.import_id, f.reason) for f in failed] == [(0, "refused")]
+    assert "the descriptors were refused" in failed[0].detail
+    assert staging.in_use == 0 and runner.idle

@@ -257,3 +257,12 @@ def test_a_trace_that_is_not_there_cannot_be_read_at_line_0(tmp_path: Path) -> N
     with pytest.raises(TraceFormatError, match=r"cannot read: .*No such file") as err:
         read_trace(missing)
     assert err.value.line == 0 and str(err.value).startswith(f"{missing}: cannot read: ")  # (line 0: no line is named)
+
+
+def test_a_trace_path_that_cannot_be_opened_is_an_error_not_an_empty_trace(
+        tmp_path: Path) -> None:
+    # a folder where a file was meant (trace.py:429:raise:9 read no line from it and
+    # called the trace empty)
+    with pytest.raises(TraceFormatError, match=r"cannot read: .*[Ii]s a directory") as err:
+        read_trace(tmp_path)
+    assert err.value.line == 0

@@ -136,6 +136,9 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/indexer_sim.py:145:raise:5": "unreachable: the check above grants the blocks",
     "hisparse/simulate.py:646:none:11": "worker meta bytes are None or non-empty JSON",
     "hisparse/coordinator.py:363:raise:7": "unreachable: a fresh declaration always arrives",
+    "hisparse/pdimport/sim.py:78:var:28": "no import arrived: no slot used, a mean of 0 either way",
+    "hisparse/tp/run.py:181:none:12": "connector metadata (pydantic model) is always truthy",
+    "hisparse/simulate.py:424:bool:5": "the accounting executor's writes are range checks alone",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
