@@ -102,15 +102,22 @@ class Arena:
 
 
 class ClosingExecutor(ReferenceExecutor):
-    """A reference executor with a host arena and a close, as the CUDA executors have."""
+    """A reference executor with a host arena and a close, as the CUDA executors have.
 
-    def __init__(self, log: list[str]) -> None:
+    The ranks here are threads of one process, and a ``gc.collect`` that finds another
+    thread collecting returns at once: so a rank closes only once the rank before it
+    has returned (``after``), as separate processes would not need to."""
+
+    def __init__(self, log: list[str], after: threading.Event | None) -> None:
         super().__init__()
         self.log = log
+        self.after = after
         self.pool: Pool | None = Pool()
         self.host_arena = Arena(log, self.pool)
 
     def close(self) -> None:
+        if self.after is not None:
+            self.after.wait(timeout=120)  # (only a stuck rank makes this wait long)
         self.pool = None
         self.log.append("close")
 
@@ -139,8 +146,13 @@ def test_a_rank_closes_after_a_barrier_and_unmaps_last_with_no_view_left(
         monkeypatch: pytest.MonkeyPatch, no_automatic_gc: None) -> None:
     o = TpOptions(executor="reference", ranks=2, requests=4, steps=12, seed=5)
     logs: list[list[str]] = [[] for _ in range(o.ranks)]
-    monkeypatch.setattr(tp_run, "build_executor",
-                        lambda o, group: (ClosingExecutor(logs[group.rank]), "private"))
+    returned = [threading.Event() for _ in range(o.ranks)]
+
+    def build(o: TpOptions, group: PipeGroup) -> tuple[ClosingExecutor, str]:
+        r = group.rank
+        return ClosingExecutor(logs[r], returned[r - 1] if r else None), "private"
+
+    monkeypatch.setattr(tp_run, "build_executor", build)
     a, b = Pipe()
     groups = [LoggingGroup(0, 2, [a], logs[0]), LoggingGroup(1, 2, [b], logs[1])]
     reports: dict[int, dict[str, Any]] = {}
@@ -152,6 +164,8 @@ def test_a_rank_closes_after_a_barrier_and_unmaps_last_with_no_view_left(
         except BaseException as e:  # reported by the main thread
             errors.append(e)
             (a if r == 0 else b).close()
+        finally:
+            returned[r].set()
 
     threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
     for t in threads:
