@@ -341,6 +341,15 @@ def test_a_host_import_larger_than_the_host_pool_never_fits() -> None:
     assert kv.num_free == 2 and c.state.host_used == 0  # nothing leased
 
 
+def test_an_import_of_no_token_is_refused_and_declares_nothing() -> None:
+    # no tokens, no pages: still no import (coordinator.py:352:var:8 let it through to the
+    # machine, which refuses it as a request of no pages)
+    c, _ = make()
+    with pytest.raises(ValueError, match=r"^0 tokens in blocks of 4 are not 0 pages$"):
+        c.add_import("r", [], num_tokens=0, block_size=4)
+    assert "r" not in c.state.req
+
+
 @pytest.mark.parametrize("block_size", [0, -4])
 def test_an_import_with_no_block_size_is_refused_and_declares_nothing(block_size: int) -> None:
     # (coordinator.py:352:bool:8 divided by it: a ZeroDivisionError, or pages from it)

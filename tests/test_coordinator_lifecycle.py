@@ -413,3 +413,13 @@ def test_a_churn_of_one_lifecycle_drains_its_first_transfer_too(lifecycles: int)
     assert ch.pending == lifecycles - 1  # pipelined: the last completed ack rides later
     ch.drain()
     assert drained_problems(ch) == [] and ch.pending is None
+
+
+def test_the_churn_drivers_own_list_stays_bounded() -> None:
+    # the finished head of its running list is cut past 4096 (churn.py:138:var:30 tied
+    # the cut to the host pool's size: a small pool never cut it)
+    ch = Churn(host_blocks=64, live=4)
+    for i in range(4096 + 200):
+        ch.lifecycle(i)
+        assert len(ch.running) <= 4096 + ch.live + 1
+    assert ch.head < 200 and len(ch.running) - ch.head == ch.live

@@ -630,3 +630,13 @@ def test_a_vanished_command_is_reported_for_a_rank_after_a_lost_one() -> None:
     (why,) = GapsDetected(s)
     assert why.startswith("rank 1 has not acknowledged the command into host block ")
     assert why.endswith(", but nothing carries it and no gap is pending")
+
+
+def test_a_reader_reading_a_block_outside_the_pool_is_a_type_error() -> None:
+    # (invariants.py:86:call:10: no corruption put a read outside the pool)
+    m = make_machine(ranks=2, backing="shared")
+    s = m.state
+    assert TypeOK(s) == []
+    s.reading[1] = {HostBlock(99)}
+    (why,) = TypeOK(s)
+    assert why.startswith("rank 1 reads blocks [") and "99" in why

@@ -139,6 +139,9 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/pdimport/sim.py:78:var:28": "no import arrived: no slot used, a mean of 0 either way",
     "hisparse/tp/run.py:181:none:12": "connector metadata (pydantic model) is always truthy",
     "hisparse/simulate.py:424:bool:5": "the accounting executor's writes are range checks alone",
+    "hisparse/coordinator.py:706:reorder:15": "two appends to different local lists swapped",
+    "spec/machine.py:1307:int:16": "rank 0 also goes through _rank, which passes it",
+    "hisparse/cli.py:409:var:28": "an argument in another help group parses the same",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
