@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -268,9 +269,17 @@ def test_the_churn_bench_fails_when_state_is_left_after_its_drain(
     import hisparse.bench.churn as churn
 
     left = ["pipelined: 1 open spill"]
-    monkeypatch.setattr(churn, "run", lambda *a, **k: {"requests": 1, "left_after_drain": left})
-    assert main(["bench", "churn", "--requests", "1"]) != 0
+    calls: list[tuple[Any, ...]] = []
+
+    def run(*a: Any, **k: Any) -> dict[str, Any]:
+        calls.append((a, k))
+        return {"requests": 1, "left_after_drain": left}
+
+    monkeypatch.setattr(churn, "run", run)
+    assert main(["bench", "churn", "--requests", "1", "--host-blocks", "64"]) != 0
     assert "state left after the drain: ['pipelined: 1 open spill']" in capsys.readouterr().err
+    # the flags reach the run (bench/cli.py:304:call:35 dropped --host-blocks)
+    assert calls == [((1,), {"host_blocks": 64, "acks": ("pipelined", "split")})]
 
 
 def test_the_nixl_bench_refuses_a_negative_staging_pool(

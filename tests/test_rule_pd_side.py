@@ -129,3 +129,15 @@ def test_blocks_of_two_tokens_still_draw_prompts_that_end_inside_their_final_blo
                       capacity_pages=8)
         drawn = [side.draw(3) for _ in range(200)]
         assert set(drawn) == ({3 * block, 3 * block - 1} if block == 2 else {3})
+
+
+@pytest.mark.parametrize("end", ["failed", "forget"])
+def test_a_request_that_ends_gives_its_pages_back_once(end: str) -> None:
+    # held no more after it ends, and its pages leave the prefiller
+    # (pdimport/sim.py:152:var:33 dropped it from the aborted set instead)
+    side = _side(capacity_pages=3)
+    assert side.hold("r", np.arange(2, dtype=np.int64), 2 * BLOCK)
+    getattr(side, end)("r")
+    assert "r" not in side.held and side.prefiller.arena.held == {}
+    getattr(side, end)("r")  # a second end finds nothing to drop
+    assert "r" not in side.held

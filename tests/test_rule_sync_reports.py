@@ -25,6 +25,7 @@ import pytest
 from hisparse.spec import catalogue
 from hisparse.spec.catalogue import CATALOGUE, VARIABLES, Action, disagreements
 from hisparse.spec.machine import ProtocolMachine
+from tests.protocol_helpers import make_machine
 
 SPEC = (Path(__file__).resolve().parents[1] / "tla" / "HiSparse.tla").read_text()
 
@@ -227,3 +228,17 @@ def test_the_method_reach_takes_each_method_once() -> None:
     assert [line.strip() for line in text.splitlines() if line.strip().startswith("def ")] == \
         ["def a(self) -> None:", "def c(self) -> None:", "def d(self) -> None:",
          "def b(self) -> None:"]
+
+
+def test_a_command_still_on_its_way_is_not_replayable() -> None:
+    """Replayable(w): an open transfer's command once it left rank w's channel, never
+    while it is still on its way (catalogue.py:470:bool:5 offered both)."""
+    m = make_machine()
+    m.Arrive("r0")
+    src = m.state.loc[("r0", 1)]
+    assert src is not None
+    tid = m.StartSpill(("r0", 1), 1)
+    s = m.state
+    assert tid in s.down[0] and (src[1], 1) not in catalogue.replayable(s, 0)
+    m.WorkerEnqueue(tid, 0)  # the worker took it: a replay of it can now arrive
+    assert tid not in s.down[0] and (src[1], 1) in catalogue.replayable(s, 0)

@@ -262,6 +262,23 @@ def test_admission_is_first_come_under_the_bound_and_a_refusal_reclaims_the_shor
 
 @settings(max_examples=15, deadline=None)
 @given(OPTIONS)
+@example(REFUSED)
+@example(BOUND)
+def test_a_plan_reclaims_after_a_refusal_or_by_its_spill_rate_alone(o: TpOptions) -> None:
+    """Besides the refusal's reclaim, a plan reclaims one block, and only with requests
+    running and a spill rate above 0 (tp/run.py:172:bool:3 reclaimed whenever any ran)."""
+    run = _run(o)
+    for s in run.steps:
+        for i, call in enumerate(s.calls):
+            if call[0] != "reclaim":
+                continue
+            after_refusal = i > 0 and s.calls[i - 1][0] == "admit" and not s.calls[i - 1][2]
+            if not after_refusal:
+                assert call == ("reclaim", 1) and s.running and o.spill_rate > 0, (o, s.calls)
+
+
+@settings(max_examples=15, deadline=None)
+@given(OPTIONS)
 @example(BOUND)
 @example(GAPS)
 def test_every_spill_a_plan_starts_is_among_its_commands(o: TpOptions) -> None:

@@ -246,6 +246,10 @@ def test_sizing_replay_side_by_side_cli(tmp_path: Path,
     # each of these alone (sizing/cli.py:78:bool:1 refused only all of them at once)
     (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
       "--tp", "2"], "one in-process worker"),
+    # budgets that hold no block are refused before the replay starts
+    # (sizing/cli.py:148:call:16 let the replay meet them)
+    (["--workload", "mooncake", "--gpu-kv-gib", "0.001", "--host-gib", "8"],
+     "holds no whole GPU block"),
     (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
       "--speculative", "2"], "one in-process worker"),
 ])
