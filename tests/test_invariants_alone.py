@@ -640,3 +640,17 @@ def test_a_reader_reading_a_block_outside_the_pool_is_a_type_error() -> None:
     s.reading[1] = {HostBlock(99)}
     (why,) = TypeOK(s)
     assert why.startswith("rank 1 reads blocks [") and "99" in why
+
+
+def test_a_vanished_command_is_reported_for_a_rank_after_one_that_owes_nothing() -> None:
+    """A rank that owes no ack is passed over, not the ranks after it
+    (invariants.py:368:loop:6 stopped there)."""
+    m = make_machine(ranks=2)
+    m.Arrive("r0")
+    tid = m.StartSpill(("r0", 1), 0)
+    m.WorkerEnqueue(tid, 0)  # rank 0 took its command: it owes nothing to carry
+    s = m.state
+    assert GapsDetected(s) == []
+    del s.down[1][tid]  # rank 1's command vanished with no gap: reported
+    (why,) = GapsDetected(s)
+    assert why.startswith("rank 1 has not acknowledged the command into host block ")

@@ -63,9 +63,12 @@ def test_pd_share_zero_is_the_run_as_before() -> None:
     assert a == b and a.imports == {}
 
 
-def test_pd_share_refuses_what_it_cannot_run() -> None:
+@pytest.mark.parametrize("change", [{"executor": "accounting"}, {"tp": 2},
+                                    {"worker_processes": True}, {"indexer_offload": True}])
+def test_pd_share_refuses_what_it_cannot_run(change: dict[str, Any]) -> None:
+    # each alone (simulate.py:291:int:8 let two ranks through)
     with pytest.raises(ValueError, match="reference or cuda executor"):
-        Simulation(SimulateOptions(requests=4, pd_share=0.5, executor="accounting"))
+        Simulation(SimulateOptions(requests=4, pd_share=0.5, **change))
 
 
 # -- the stateful machine -------------------------------------------------------------
