@@ -287,3 +287,32 @@ def test_the_nixl_bench_refuses_a_negative_staging_pool(
     # (bench/cli.py:376:raise:7: no test gave one; refused before NIXL starts)
     assert main(["bench", "nixl", "--staging-slots", "-1"]) != 0
     assert "--staging-slots must be 0 or more" in capsys.readouterr().err
+
+
+def test_the_tp_bench_takes_its_ranks_and_fails_on_a_mismatch(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # the bench needs CuPy and GPUs: a stand-in module records what the CLI hands it
+    # (bench/cli.py:341:call:37 dropped --ranks)
+    import sys
+    import types
+
+    import hisparse.bench
+    from hisparse.bench.cli import BenchFailed, _tp
+
+    got: list[dict[str, Any]] = []
+    runs: dict[str, Any] = {"private": {"mismatches": 0}}
+    fake = types.ModuleType("hisparse.bench.tp")
+
+    def run(**kw: Any) -> dict[str, Any]:
+        got.append(kw)
+        return {"environment": "stand-in", "runs": runs}
+
+    fake.run, fake.lines = run, lambda doc: ["a line"]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hisparse.bench.tp", fake)
+    monkeypatch.setattr(hisparse.bench, "tp", fake, raising=False)
+    assert main(["bench", "tp", "--ranks", "3", "--transport", "pipe"]) == 0
+    assert got == [{"ranks": 3, "transport": "pipe"}]
+    assert capsys.readouterr().out.splitlines()[:2] == ["stand-in", "a line"]
+    runs["shared"] = {"mismatches": 2}
+    with pytest.raises(BenchFailed, match=r"resolved rows differ from the oracle: \{'shared': 2\}"):
+        _tp(argparse.Namespace(ranks=2, transport="torch"))

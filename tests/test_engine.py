@@ -103,6 +103,15 @@ def test_shapes_refuse_bad_values() -> None:
     assert make_request("r", [], 2, 1, shape=shape, vocab=100).max_new == 1
 
 
+def test_a_request_covers_its_prompt_new_tokens_and_drafts() -> None:
+    # pages for every position it can write: prompt + new + the last step's drafts
+    # (engine/workload.py:60:arith:13 took the drafts away)
+    shape = EngineShape(slots=1, max_context=1024, top_k=64, num_speculative_tokens=3)
+    bt = shape.block_tokens
+    assert pages_needed(bt - 4, 1, shape) == 1  # bt - 4 + 1 + 3 = bt: one page
+    assert pages_needed(bt - 4, 2, shape) == 2  # one position more: a second page
+
+
 def test_pages_past_the_hash_ids_get_keys_of_their_own() -> None:
     # a prompt longer than its hash ids cover: the whole blocks past them are not shared
     # (engine/workload.py:104:cmp:9 read one hash id past the end)

@@ -22,6 +22,7 @@ from hisparse.spec.invariants import (
     INVARIANTS,
     PROPERTIES,
     GapsDetected,
+    ImportPublishedComplete,
     TypeOK,
     check_invariants,
 )
@@ -657,3 +658,13 @@ def test_a_vanished_command_is_reported_for_a_rank_after_one_that_owes_nothing()
     del s.down[1][tid]  # rank 1's command vanished with no gap: reported
     (why,) = GapsDetected(s)
     assert why.startswith("rank 1 has not acknowledged the command into host block ")
+
+
+def test_an_importing_page_on_host_block_0_that_is_not_leased_is_reported() -> None:
+    # host block 0 is a block like any other (invariants.py:124:none:13 read it as none)
+    m = _import_machine("host", False)
+    s = m.state
+    assert s.pg[("r1", 1)].host == 0
+    s.host_state[0] = "valid"
+    assert ImportPublishedComplete(s) == [
+        f"importing page ('r1', 1)'s host block {s.pg[('r1', 1)].host} is valid"]

@@ -217,3 +217,10 @@ def test_a_worker_meta_names_an_import_once_per_kind_of_ack(field: str) -> None:
     }
     with pytest.raises(ValidationError, match=f"duplicate import ID in {field}"):
         HiSparseWorkerMeta.model_validate({"enqueued": (), "completed": (), field: acks[field]})
+
+
+def test_a_worker_meta_naming_a_since_after_itself_is_refused() -> None:
+    # (messages.py:218:raise:12: no test built one)
+    with pytest.raises(ValidationError, match="since names a worker meta after this one"):
+        HiSparseWorkerMeta(enqueued=(), completed=(), seq=2, since=3, epoch=0)
+    assert HiSparseWorkerMeta(enqueued=(), completed=(), seq=2, since=2, epoch=0).since == 2

@@ -154,3 +154,16 @@ def test_repeated_or_negative_import_ids_are_refused_in_each_list(
     }
     with pytest.raises(MalformedMessage, match=f"worker meta {field} repeats or has a negative"):
         worker_meta_imports(_ack(**{field: values[field]}))
+
+
+@pytest.mark.parametrize("value", [False, "", ()])
+def test_an_optional_block_that_is_empty_but_not_none_is_refused(value: Any) -> None:
+    # only None means "no block" (msgshape.py:136:none:10 took any empty value for none)
+    cmd = _cmd("host")
+    page = cmd.pages[0]
+    bad = PageImport.model_construct(page_index=1, key="k1", valid_rows=4, gpu_block=value,
+                                     host_block=page.host_block)
+    cmd = ImportCommand.model_construct(**{**dict(cmd), "pages": (bad,)})
+    why = connector_metadata_problem(_meta((cmd,)))
+    assert why is not None and why.startswith(f"import page gpu_block is {value!r} (")
+    assert why.endswith("), not a non-negative int")

@@ -211,6 +211,10 @@ def test_sizing_replay_side_by_side_cli(tmp_path: Path,
     assert f"ran in {doc['wall_s']:.1f} s wall, {doc['cpu_s']:.1f} s CPU (both runs)" in text
     s = doc["summary"]
     assert s["hisparse"]["finished"] == s["disabled"]["finished"] == 12
+    # each side's figures beside its series, the series under one key
+    # (sizing/cli.py:183:cmp:25 kept only the series)
+    for side in ("hisparse", "disabled"):
+        assert doc[side]["finished"] == 12 and "series" not in doc[side]
     assert doc["options"]["executor"] == "accounting"
     assert len(doc["series"]["hisparse.running"]) == s["hisparse"]["steps"]
     assert len(doc["series"]["disabled.running"]) == s["disabled"]["steps"]

@@ -533,3 +533,25 @@ def test_block_destinations_are_checked_before_anything_is_held(side: Side) -> N
     tr.wait(h2)
     tr.finish(h2)
     assert not tr.live
+
+
+def test_one_staging_slot_for_two_pages_of_a_chunk_is_refused(side: Side) -> None:
+    # each page lands in its own slot (base.py:211:call:12 let a chunk's second page reuse
+    # the first one's)
+    req = ImportRequest("r", 2 * BLOCK, ROW, BLOCK, _unique("prefiller"))
+    pool = StagingPool(4 * PAGE, 4, PAGE)
+    peer = side.prefiller(req.prefiller, _pages(6, req))
+    tr = side.transport(pool, chunk_pages=2)
+    side.connect(tr, peer)
+    handle = tr.begin(req, peer.announce("r", req.num_tokens, ROW, BLOCK))
+    one = pool.lease("r", 1)
+    with pytest.raises(AnnouncementRefused, match="is not a live lease"):
+        tr.bind(handle, 0, one * 2)
+    assert not handle.bound(0)
+    two = pool.lease("r", 2)
+    tr.bind(handle, 0, two)
+    tr.wait(handle)
+    assert handle.done
+    tr.finish(handle)
+    pool.release(one + two)
+    assert pool.in_use == 0

@@ -192,3 +192,11 @@ def test_a_trace_with_no_request_is_refused(tmp_path: Path) -> None:
         path.write_text(text)
         with pytest.raises(WorkloadError, match=r"t\.jsonl: no request in the trace$"):
             mooncake(path, MooncakeShape(10, 1.0, 64))
+
+
+def test_the_mooncake_workload_needs_its_trace() -> None:
+    # (simulate.py:130:raise:2: no test left the path out)
+    from hisparse.simulate import SimulateOptions, build_workload
+
+    with pytest.raises(WorkloadError, match=r"^the mooncake workload needs the trace's path$"):
+        build_workload(SimulateOptions(workload="mooncake", workload_path=None))
