@@ -561,3 +561,17 @@ def test_a_sequenced_metadata_that_numbers_no_rank_is_refused() -> None:
     with pytest.raises(WorkerError, match="connector metadata 0 numbers no epoch for rank 0"):
         w.apply(meta)
     assert wsnap(w) == before
+
+
+def test_a_transfer_for_some_ranks_is_taken_by_those_ranks_only() -> None:
+    # (worker.py:220:var:21 compared the ranks with the bytes copied so far)
+    w = HiSparseWorker(config(3, 1, None), ReferenceExecutor(), gpu_blocks=4, slots=2, rank=1)
+    mine = SparseKVPageTransfer.model_construct(transfer_id=5, src_gpu_block=0,
+                                                dst_host_block=0, ranks=(1,))
+    other = SparseKVPageTransfer.model_construct(transfer_id=6, src_gpu_block=1,
+                                                 dst_host_block=1, ranks=(0, 2))
+    every = SparseKVPageTransfer.model_construct(transfer_id=7, src_gpu_block=2,
+                                                 dst_host_block=2, ranks=None)
+    w.apply(HiSparseConnectorMetadata.model_construct(transfers=(mine, other, every),
+                                                      replacements=()))
+    assert w.executor.queued() == [5, 7]

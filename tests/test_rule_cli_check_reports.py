@@ -297,3 +297,20 @@ def test_a_command_leaves_no_empty_scratch_folder(monkeypatch: pytest.MonkeyPatc
     assert cli.main(["check", "--list-bugs"]) == 0
     assert list(tmp_path.iterdir()) == []
     assert tempfile.tempdir == str(tmp_path)  # put back as it was
+
+
+@pytest.mark.parametrize(("error", "code"), [("keyboard", 130), (15, 128 + 15), (2, 128 + 2)])
+def test_an_interrupted_command_says_so_and_exits_128_plus_its_signal(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        error: Any, code: int) -> None:
+    # a signal seen first by a helper thread is reported as the signal's exit code
+    # (cli.py:690:arith:5 subtracted it)
+    from hisparse.tlc.signals import Interrupted
+
+    def interrupted(model: str, **kw: Any) -> CheckReport:
+        raise KeyboardInterrupt if error == "keyboard" else Interrupted(error)
+
+    monkeypatch.setattr(cli, "check_model", interrupted)
+    assert cli.main(["check"]) == code
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "hisparse: interrupted; temporary folders removed")

@@ -144,6 +144,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/cli.py:409:var:28": "an argument in another help group parses the same",
     "hisparse/coordinator.py:243:none:13": "a location is None or a (tier, block) pair",
     "hisparse/cli.py:539:none:16": "a HiSparseMetrics has no __bool__/__len__: truthy",
+    "spec/messages.py:176:var:27": "since and epoch are None together (checked just above)",
     "hisparse/sizing/plan.py:132:var:32": "g is geometry (g = geometry just above)",
     # the inlined range tests of free, pin and unpin decide only whether _check runs, which
     # raises exactly outside 0..n-1 and does nothing for block 0 (the first runs' argument)
