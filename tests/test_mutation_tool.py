@@ -6,6 +6,7 @@ The full mutation run stays outside CI; these take seconds.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -177,6 +178,17 @@ def test_interleaving_reaches_every_file_and_operator_first() -> None:
           for i in range(2)]
     assert [(m.file, m.operator) for m in interleaved(ms)[:4]] == [
         ("a", "x"), ("b", "x"), ("a", "y"), ("b", "y")]
+
+
+def test_the_scratch_copy_goes_before_an_outside_pythonpath(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # dependencies installed with ``pip --target`` stay importable, behind the copy
+    monkeypatch.setenv("PYTHONPATH", "/opt/deps")
+    with Scratch(["hisparse/config.py"]) as s:
+        assert s.env["PYTHONPATH"] == f"{s.root}{os.pathsep}/opt/deps"
+    monkeypatch.delenv("PYTHONPATH")
+    with Scratch(["hisparse/config.py"]) as s:
+        assert s.env["PYTHONPATH"] == str(s.root)
 
 
 def test_module_names_follow_the_installed_layout() -> None:

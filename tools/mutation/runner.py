@@ -62,7 +62,10 @@ class Scratch:
             shutil.copy2(root / f, dest)
         (self.root / "hisparse" / "spec").symlink_to("../spec")
         (self.root / "hisparse" / "executor").symlink_to("../executor")
-        self.env = {**os.environ, "PYTHONPATH": str(self.root), "PYTHONDONTWRITEBYTECODE": "1"}
+        # the copy first; a PYTHONPATH set outside (dependencies installed with --target)
+        # stays behind it
+        path = os.pathsep.join(p for p in (str(self.root), os.environ.get("PYTHONPATH")) if p)
+        self.env = {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
         self.env.pop("CI", None)  # a skip is not a kill: the CI skip policy stays out
 
     def __enter__(self) -> Scratch:
