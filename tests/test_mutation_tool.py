@@ -29,6 +29,7 @@ from tools.mutation.runner import (
     module_name,
     run_mutant,
     tree_files,
+    whole_functions,
 )
 from tools.mutation.targets import Guard
 
@@ -379,6 +380,25 @@ def test_a_selected_test_that_is_not_there_decides_nothing() -> None:
     assert run.status == ERROR
     assert run.killer.startswith("not found: ")
     assert run.killer.endswith("/tests/test_config.py::test_no_such_test")
+
+
+def test_a_parametrized_id_that_is_not_there_runs_its_whole_function() -> None:
+    # another pytest (the GPU machine's) may spell a map's parametrized ids differently:
+    # the function's every case decides the mutant instead of none
+    with Scratch(tree_files()) as s:
+        ids = ["tests/test_config.py::test_invalid_configs_say_what_to_change[no-such-case]",
+               "tests/test_config.py::test_followers"]
+        assert s.run_tests(ids, "not tlc and not gpu", 120).status == SURVIVED
+        s.write("hisparse/config.py", (ROOT / "hisparse/config.py").read_text().replace(
+            "give one leader per layer", "give a leader per layer"))
+        run = s.run_tests(ids, "not tlc and not gpu", 120)
+    assert run.status == KILLED
+    assert run.killer.startswith("tests/test_config.py::test_invalid_configs_say_what_to_change[")
+
+
+def test_whole_functions_strips_parameters_once_each() -> None:
+    assert whole_functions(["t.py::f[a-b]", "t.py::f[c d]", "t.py::g", "-k", "x[y]"]) == [
+        "t.py::f", "t.py::g", "-k", "x[y]"]
 
 
 def test_two_maps_of_one_tree_merge_into_the_union_of_their_tests() -> None:

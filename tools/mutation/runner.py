@@ -92,7 +92,17 @@ class Scratch:
         return self.run_tests(args, markers, timeout).status
 
     def run_tests(self, args: list[str], markers: str, timeout: float) -> Run:
-        """pytest on ``args`` in this copy, stopping at the first failure (``-x``)."""
+        """pytest on ``args`` in this copy, stopping at the first failure (``-x``). A
+        parametrized id that is not there (the mutant renamed it, or another pytest
+        spells its ids differently from the one that made the map) is tried again as
+        its whole test function before the run counts as undecided."""
+        run = self._pytest(args, markers, timeout)
+        whole = whole_functions(args)
+        if run.status == ERROR and run.killer.startswith("not found: ") and whole != args:
+            return self._pytest(whole, markers, timeout)
+        return run
+
+    def _pytest(self, args: list[str], markers: str, timeout: float) -> Run:
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                "-m", markers, "--hypothesis-seed=0", *args]
         try:
@@ -104,8 +114,7 @@ class Scratch:
             return Run(SURVIVED)
         out = proc.stdout + proc.stderr
         if proc.returncode == 4 and "ERROR: not found:" in out:
-            # the mutant renamed a parametrized test (its ids come from the code): the
-            # selected tests are not there to decide it
+            # a selected test is not there to decide the mutant
             return Run(ERROR, "not found: " + out.split("ERROR: not found:", 1)[1].split()[0])
         if proc.returncode in (1, 2, 3, 4):
             # a test failed, collection or a conftest import broke on the mutant: the
@@ -120,6 +129,17 @@ class Run:
 
     status: str
     killer: str = ""
+
+
+def whole_functions(args: list[str]) -> list[str]:
+    """Each parametrized node id as its test function (``t.py::f[a-b]`` -> ``t.py::f``),
+    once each, in order; other arguments as they are."""
+    out: list[str] = []
+    for a in args:
+        w = a.split("[", 1)[0] if "::" in a else a
+        if w not in out:
+            out.append(w)
+    return out
 
 
 def first_failure(stdout: str) -> str:
