@@ -199,12 +199,8 @@ class ProtocolMachine:
                 refs[old[0]] = n
             else:
                 refs.pop(old[0], None)
-        if p is not None:
-            n = refs.get(p[0], 0) + 1
-            if n:
-                refs[p[0]] = n
-            else:
-                refs.pop(p[0], None)
+        if p is not None:  # (a count is never below 1: one more is never 0)
+            refs[p[0]] = refs.get(p[0], 0) + 1
         s.gpu_owner[g] = p
 
     def _set_spill(self, h: int, sp: Spill | None) -> None:
@@ -229,11 +225,7 @@ class ProtocolMachine:
             if sp is None or sp.transfer_id != old.transfer_id:
                 s.transfer_dst.pop(old.transfer_id, None)
         if sp is not None:
-            n = refs.get(sp.page[0], 0) + 1
-            if n:
-                refs[sp.page[0]] = n
-            else:
-                refs.pop(sp.page[0], None)
+            refs[sp.page[0]] = refs.get(sp.page[0], 0) + 1
             s.transfer_dst[sp.transfer_id] = h
             s.open_spills.add(h)
         else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -10,7 +9,6 @@ from typing import Any
 
 from hisparse.spec.catalogue import CATALOGUE, arguments
 from hisparse.spec.constants import ProtocolConfig
-from hisparse.spec.errors import ProtocolError
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.state import ProtocolState
 
@@ -171,7 +169,7 @@ def _ignore_replay(m: ProtocolMachine, src: int, dst: int, w: int) -> bool:
 GUARDS: dict[str, Guard] = {
     "Arrive": _arrive,
     "Finish": lambda m, r: m.state.req[r] == "running",
-    "Abort": lambda m, r: m.state.req[r] in ("new", "running"),
+    "Abort": lambda m, r: m.state.req[r] in ("new", "importing", "running"),
     "StartSpill": _start_spill,
     "EvictHost": _evict,
     "Retire": _retire,
@@ -187,32 +185,102 @@ GUARDS: dict[str, Guard] = {
 }
 
 
-# The P/D import actions (docs/pd-import.md): no oracle guard yet, so the machine is
-# asked (``_accepted``); each is enabled only for a request of the spec's Imports (or a
-# page of one), which is checked first: a deep copy per argument tuple made the drivers'
-# move list cost seconds a step once the import actions came.
-IMPORT_ACTIONS = frozenset({
-    "ImportArrive", "ChooseTarget", "AdmitImport", "LeaseStaging", "LandChunk",
-    "CopyToHost", "MirrorPage", "ReleaseStaging", "ReportImport", "ImportError",
-    "CompleteImport", "FailImport",
-})
+# The P/D import actions (tla/HiSparse.tla, docs/pd-import.md), stated the same way.
 
 
-def _of_an_import(m: ProtocolMachine, domain: str, args: tuple[Any, ...]) -> bool:
-    """Necessary for every import action: its request (a page's request) is in Imports
-    (ImportArrive refuses any other request; the rest need its import under way)."""
-    r = args[0] if domain == "request" else args[0][0]
-    return r in m.state.imports
+def _imp(m: ProtocolMachine, r: str) -> tuple[str, str]:
+    x = m.state.imp_of(r)
+    return x.target, x.phase
 
 
-def _accepted(m: ProtocolMachine, action: str, args: tuple[Any, ...]) -> bool:
-    """Whether a copy of ``m`` takes the action: the fallback for an action the oracle
-    has no guard for yet (weaker than a guard: it asks the machine)."""
-    try:
-        getattr(copy.deepcopy(m), action)(*args)
-    except ProtocolError:
+def _chunks(m: ProtocolMachine) -> frozenset[int]:
+    return frozenset(range(1, m.state.config.chunks + 1))
+
+
+def _gpu_of(m: ProtocolMachine, p: tuple[str, int]) -> int | None:
+    """The spec's GpuOf(p): the GPU block p owns (None where it owns none)."""
+    return next((g for g, o in enumerate(m.state.gpu_owner) if o == p), None)
+
+
+def _mirrored(m: ProtocolMachine, p: tuple[str, int]) -> bool:
+    return p[1] == len(m.state.page_keys[p[0]])
+
+
+def _mirror_holds(m: ProtocolMachine, p: tuple[str, int]) -> bool:
+    g = _gpu_of(m, p)
+    return g is not None and m.state.gpu_data[g] == m.state.key_of(p)
+
+
+def _admit_import(m: ProtocolMachine, r: str) -> bool:
+    """Some choice of destinations fits the chosen target (AdmitImport's default choice
+    is the lowest free blocks, so one exists exactly when enough are free)."""
+    s = m.state
+    target, phase = _imp(m, r)
+    if s.req[r] != "new" or phase != "announced" or target == "none":
         return False
-    return True
+    n, free_gpu = len(s.page_keys[r]), sum(o is None for o in s.gpu_owner)
+    if target == "device":
+        return n <= free_gpu
+    free_hosts = sum(st == "free" for st in s.host_state)
+    return free_gpu >= 1 and s.host_in_use() + n <= s.config.host_capacity and free_hosts >= n
+
+
+def _lease_staging(m: ProtocolMachine, p: tuple[str, int]) -> bool:
+    s, y = m.state, m.state.pg_of(p)
+    return (_imp(m, p[0]) == ("host", "landing") and not y.slot and y.landed != _chunks(m)
+            and sum(x.slot for x in s.pg.values()) < s.config.staging_slots)
+
+
+def _land_chunk(m: ProtocolMachine, p: tuple[str, int], c: int) -> bool:
+    target, phase = _imp(m, p[0])
+    y = m.state.pg_of(p)
+    if phase != "landing":
+        return False
+    return (y.slot and c not in y.staged) if target == "host" else c not in y.landed
+
+
+def _mirror_page(m: ProtocolMachine, p: tuple[str, int]) -> bool:
+    y = m.state.pg_of(p)
+    return (_imp(m, p[0]) == ("host", "landing") and _mirrored(m, p) and y.slot
+            and y.staged == _chunks(m) and not _mirror_holds(m, p))
+
+
+def _release_staging(m: ProtocolMachine, p: tuple[str, int]) -> bool:
+    y = m.state.pg_of(p)
+    return (_imp(m, p[0])[1] == "landing" and y.slot and y.landed == _chunks(m)
+            and (not _mirrored(m, p) or _mirror_holds(m, p)))
+
+
+def _report_import(m: ProtocolMachine, r: str) -> bool:
+    pages = [m.state.pg_of(p) for p in m.state.pages_of(r)]
+    return _imp(m, r)[1] == "landing" and all(
+        y.landed == _chunks(m) and not y.slot for y in pages)
+
+
+IMPORT_GUARDS: dict[str, Guard] = {
+    "ImportArrive": lambda m, r: (
+        r in m.state.imports and m.state.req[r] == "new" and _imp(m, r)[1] == "none"),
+    "ChooseTarget": lambda m, r: (
+        m.state.req[r] == "new" and _imp(m, r) == ("none", "announced")),
+    "AdmitImport": _admit_import,
+    "LeaseStaging": _lease_staging,
+    "LandChunk": _land_chunk,
+    "CopyToHost": lambda m, p: (
+        _imp(m, p[0])[1] == "landing" and (y := m.state.pg_of(p)).slot
+        and y.staged != y.landed),
+    "MirrorPage": _mirror_page,
+    "ReleaseStaging": _release_staging,
+    "ReportImport": _report_import,
+    "ImportError": lambda m, r: _imp(m, r)[1] == "landing",
+    "CompleteImport": lambda m, r: (
+        _imp(m, r)[1] == "landed" and m.state.req[r] == "importing"),
+    "FailImport": lambda m, r: _imp(m, r)[1] == "failed" or (
+        _imp(m, r)[1] == "landed" and m.state.req[r] == "aborted"),
+}
+GUARDS.update(IMPORT_GUARDS)
+# A reader rank of a shared pool (the others copy into their own pool: no reads to order)
+GUARDS["WorkerRead"] = lambda m, w: w in m.state.config.readers
+GUARDS["WorkerReadsDone"] = lambda m, w: bool(m.state.reading[w])
 
 
 def legal_moves(
@@ -230,16 +298,9 @@ def legal_moves(
         if r not in s.page_keys:
             moves.append(("add_import" if r in imported else "add_request", (r, keys)))
     for action in CATALOGUE:
-        guard = GUARDS.get(action.name)
-        for args in arguments(s, action.domain, action.ranked):
-            if guard is not None:
-                ok = guard(m, *args)
-            elif action.name in IMPORT_ACTIONS and not _of_an_import(m, action.domain, args):
-                ok = False
-            else:
-                ok = _accepted(m, action.name, args)
-            if ok:
-                moves.append((action.name, args))
+        guard = GUARDS[action.name]
+        moves += [(action.name, args) for args in arguments(s, action.domain, action.ranked)
+                  if guard(m, *args)]
     return moves
 
 
