@@ -316,3 +316,21 @@ def test_the_tp_bench_takes_its_ranks_and_fails_on_a_mismatch(
     runs["shared"] = {"mismatches": 2}
     with pytest.raises(BenchFailed, match=r"resolved rows differ from the oracle: \{'shared': 2\}"):
         _tp(argparse.Namespace(ranks=2, transport="torch"))
+
+
+def test_bench_protocol_times_the_shape_asked_in_both_modes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # no figure says how many lifecycles ran beside how many resident requests: the runs
+    # themselves are asked (bench/protocol.py:86:var:6 and 87:var:9 swapped the two)
+    from hisparse.bench import protocol
+
+    calls: list[tuple[int, bool, int]] = []
+
+    def lifecycles(n: int, check: bool, requests: int) -> dict[str, float]:
+        calls.append((n, check, requests))
+        return dict.fromkeys(ACTIONS, 1.0)
+
+    monkeypatch.setattr(protocol, "_lifecycles", lifecycles)
+    monkeypatch.setattr(protocol, "_trigger_costs", lambda n: {})
+    protocol.run(lifecycles=5, background=2)
+    assert calls == [(5, False, 2), (5, True, 2)]

@@ -174,3 +174,17 @@ def test_admission_stops_only_at_the_concurrency_bound_or_a_refusal(
     monkeypatch.setattr(IndexerSimulation, "_schedule", checked)
     rep = make_simulation(replace(OPTS, concurrency=3)).run()
     assert rep.violations == 0 and stopped_at_bound > 0  # the bound did bind
+
+
+def test_its_metrics_count_the_spills_and_bytes_of_the_run() -> None:
+    # the indexer run feeds HiSparse's metrics as the plain run does
+    # (indexer_sim.py:220:call:25 never told them of the commands sent)
+    from hisparse.metrics import HiSparseMetrics
+
+    sim = make_simulation(OPTS)
+    metrics = sim.metrics = HiSparseMetrics(sim.config)
+    rep = sim.run()
+    seen = {s.name: s.value for family in metrics.registry.collect() for s in family.samples}
+    assert rep.spills > 0
+    assert seen["hisparse_spills_total"] == rep.spills
+    assert seen["hisparse_device_to_host_bytes_total"] == rep.d2h_bytes

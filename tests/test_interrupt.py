@@ -171,3 +171,14 @@ def test_a_swallowed_interrupt_still_kills_the_child_and_is_raised_again() -> No
         LATCH.discard(child)
     assert LATCH.signum is None  # raised again, then cleared
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_an_interrupt_removes_the_runs_scratch_folder_whole() -> None:
+    # with files in it (cli.py:666:call:127 left them behind)
+    from hisparse.cli import _scratch
+
+    with pytest.raises(KeyboardInterrupt), _scratch() as root:
+        (root / "sub").mkdir()
+        (root / "sub" / "log.txt").write_text("partial")
+        raise KeyboardInterrupt
+    assert not root.exists()

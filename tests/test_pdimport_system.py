@@ -267,3 +267,15 @@ def test_imports_that_never_end_fail_the_drain_loudly(monkeypatch: pytest.Monkey
     monkeypatch.setattr(Simulation, "_schedule_imports", lambda self: None)
     with pytest.raises(RuntimeError, match=r"^imports still in flight after the drain: \{'"):
         sim.run()
+
+
+def test_an_import_that_never_fits_lets_its_prefiller_drop_the_pages() -> None:
+    # pools too small for most imports: each is refused whole, and the prefiller holds
+    # nothing for it afterwards (simulate.py:519:call:63 kept the pages held)
+    # (eight GPU blocks, two host blocks: four imports land on the host target and need
+    # more than the host pool; their prefilled pages were held)
+    sim = Simulation(SimulateOptions(requests=20, steps=200, seed=3, pd_share=1.0,
+                                     gpu_blocks=8, host_blocks=2))
+    rep = sim.run()
+    assert rep.too_large > 0 and rep.violations == 0
+    assert sim.pd is not None and sim.pd.held == set()

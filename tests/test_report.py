@@ -130,3 +130,21 @@ def test_a_tensor_parallel_run_says_how_its_ranks_share_the_work(backing: str,
     assert header_lines(sizes)[2] == (
         "ranks        2 tensor-parallel ranks, the same commands to each, every rank's acks "
         f"merged and rows checked; host pool {pool}; hits and host->device bytes are rank 0's")
+
+
+def test_simulate_plot_without_matplotlib_exits_2_before_the_run(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    # the CLI asks first: one line, exit 2, and no simulation built (cli.py:519:call:116)
+    import sys
+
+    from hisparse import simulate
+    from hisparse.cli import main
+
+    built: list[object] = []
+    monkeypatch.setattr(simulate, "make_simulation", lambda *a, **k: built.append(a))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["simulate", "--requests", "2", "--plot", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--plot needs matplotlib" in err
+    assert built == []

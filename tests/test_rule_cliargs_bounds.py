@@ -134,3 +134,15 @@ def test_a_host_budget_of_no_whole_block_is_refused_in_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--host-gib 1e-07 holds no whole" in err
     assert err.rstrip().endswith("-byte host block")
+
+
+def test_a_host_budget_of_exactly_one_block_is_taken() -> None:
+    # the bound is one whole block, not two (cli.py:465:cmp:19)
+    from hisparse.cli import _simulate_options, build_parser
+    from hisparse.config import GIB
+
+    args = build_parser().parse_args(["simulate", "--block-tokens", "1", "--row-bytes", "16",
+                                      "--layers", "1", "--requests", "2"])
+    for blocks in (1, 2):
+        args.host_gib = blocks * 16 / GIB
+        assert _simulate_options(args).host_blocks == blocks

@@ -242,3 +242,9 @@ def test_a_command_still_on_its_way_is_not_replayable() -> None:
     assert tid in s.down[0] and (src[1], 1) not in catalogue.replayable(s, 0)
     m.WorkerEnqueue(tid, 0)  # the worker took it: a replay of it can now arrive
     assert tid not in s.down[0] and (src[1], 1) in catalogue.replayable(s, 0)
+
+
+def test_an_action_listed_twice_is_named() -> None:
+    twice = (*CATALOGUE, _action("Finish"))
+    found = disagreements(SPEC, ProtocolMachine, twice)
+    assert found[0].startswith("catalogue names an action twice: ['Arrive'"), found

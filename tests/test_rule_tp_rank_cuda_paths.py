@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from types import SimpleNamespace
@@ -253,3 +253,22 @@ def test_a_reader_times_its_spills_on_its_compute_stream(cuda: bool, role: str,
     side = SimpleNamespace(cuda=cuda, report=SimpleNamespace(role=role),
                            executor=SimpleNamespace(stream="compute", spill_stream="copy"))
     assert RankSide._spill_stream(side) == stream  # type: ignore[arg-type]
+
+
+def test_a_timed_decode_reports_its_resolve_time() -> None:
+    # on a GPU a rank times each resolve on its compute stream (tp/run.py:297:call:32)
+    streams: list[object] = []
+
+    def timer(stream: object) -> Callable[[], float]:
+        streams.append(stream)
+        return lambda: 7.0
+
+    side = SimpleNamespace(
+        worker=SimpleNamespace(config=SimpleNamespace(leaders=[0, 0]),
+                               decode=lambda leaders, step: "got"),
+        oracle=SimpleNamespace(decode=lambda leaders, step: "want"),
+        executor=SimpleNamespace(stream="compute"), _timer=timer,
+        report=SimpleNamespace(resolve_us=[], decodes=0),
+        _compare=lambda got, want, tk: f"{got}/{want}")
+    assert RankSide.decode(side, {"r0": [1, 2]}, 3) == "got/want"  # type: ignore[arg-type]
+    assert (side.report.resolve_us, side.report.decodes, streams) == ([7.0], 1, ["compute"])

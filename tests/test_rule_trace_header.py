@@ -170,3 +170,14 @@ def test_every_action_naming_a_host_block_refuses_one_past_the_pool(action: str)
 def test_the_host_block_actions_are_of_each_kind() -> None:
     # (a spill, a host block alone, a host block of a rank: every argument model)
     assert {"StartSpill", "EvictHost", "WorkerComplete"} <= set(HOST_BLOCK_ACTIONS)
+
+
+@pytest.mark.parametrize(("backing", "writer", "copiers"),
+                         [("private", 0, [0, 1]), ("shared", 1, [1])])
+def test_the_copiers_are_every_rank_or_the_writer(backing: str, writer: int,
+                                                  copiers: list[int]) -> None:
+    # three GPU blocks, two ranks: a count of anything else than ranks shows
+    h = TraceHeader(kind="header", format="hisparse-trace/3", requests={"r0": ["k0"]},
+                    gpu_blocks=3, host_blocks=4, host_pool_bytes=8, host_block_bytes=2,
+                    ranks=2, backing=backing, writer=writer)  # type: ignore[arg-type]
+    assert h.copiers() == copiers

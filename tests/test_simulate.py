@@ -209,3 +209,83 @@ def test_simulate_cli_refuses_a_fault_rate_above_a_third(capsys: pytest.CaptureF
         main(["simulate", "--message-faults", "0.5"])
     assert err.value.code == 2
     assert "between 0 and 1/3" in capsys.readouterr().err
+
+
+def test_a_construction_that_fails_closes_what_it_started(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the workers are up when the P/D side fails to start: they are closed, not leaked
+    # (simulate.py:224:call:56)
+    closed: list[bool] = []
+    real_close = Simulation.close
+
+    def boom(self: Simulation) -> None:
+        raise RuntimeError("no prefiller")
+
+    def close(self: Simulation) -> None:
+        closed.append(bool(self.ports))
+        real_close(self)
+
+    monkeypatch.setattr(Simulation, "_start_pd", boom)
+    monkeypatch.setattr(Simulation, "close", close)
+    with pytest.raises(RuntimeError, match="no prefiller"):
+        Simulation(SimulateOptions(requests=4, pd_share=0.5))
+    assert closed == [True]
+
+
+def test_a_command_held_back_at_the_end_still_reaches_its_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # seed 2 at a rate of 0.3 ends with a delayed command on the down channel: the end
+    # of the run delivers it late (simulate.py:743:call:90 dropped it instead)
+    from hisparse import msgfaults
+    from hisparse.workerport import LocalWorker
+
+    flushed: list[bytes] = []  # what the end of the run flushed from the down channels
+    late: list[bytes] = []  # what the workers were given from then on
+    real_flush, real_bind = msgfaults.MessageFaults.flush, LocalWorker.bind
+
+    def flush(self: msgfaults.MessageFaults, direction: str, rank: int) -> list[bytes]:
+        out = real_flush(self, direction, rank)
+        if direction == "down":
+            flushed.extend(out)
+        return out
+
+    def bind(self: LocalWorker, raw: bytes) -> None:
+        if flushed:
+            late.append(raw)
+        real_bind(self, raw)
+
+    monkeypatch.setattr(msgfaults.MessageFaults, "flush", flush)
+    monkeypatch.setattr(LocalWorker, "bind", bind)
+    rep = simulate(SimulateOptions(requests=12, steps=100, seed=2, message_faults=0.3))
+    assert rep.violations == 0 and len(flushed) == 1
+    assert late[:1] == flushed  # the held command first, then the drain's own
+
+
+def test_a_reader_waiting_on_a_copy_the_writer_never_ran_fails_before_landing() -> None:
+    # the writer lands nothing when the copy is not its (simulate.py:629:reorder:15 landed
+    # first, and failed on the lookup instead)
+    from types import SimpleNamespace
+
+    landed: list[int] = []
+    writer = SimpleNamespace(queued=lambda: [1, 2], land=landed.append)
+    port = SimpleNamespace(rank=1, decode=lambda topk, step: SimpleNamespace(waits_on={5}))
+    with pytest.raises(RuntimeError, match=r"^rank 1 waits on copy 5, which the writer does "
+                                           r"not run$"):
+        Simulation._decode(SimpleNamespace(ports=[writer]), port, {}, 0)  # type: ignore[arg-type]
+    assert landed == []
+
+
+def test_synthetic_requests_draw_every_shared_prefix_and_none() -> None:
+    # prefixes=3: prefix 0, 1 or 2, or a request of its own (simulate.py:396:arith:22)
+    import random
+    from types import SimpleNamespace
+
+    arrived: list[object] = []
+    stub = SimpleNamespace(o=SimulateOptions(), rng=random.Random(0), _t=0,
+                           _arrive=arrived.append)
+    for i in range(200):
+        Simulation._new_request(stub, i)  # type: ignore[arg-type]
+    firsts = {a.page_keys[0].split(":")[0] for a in arrived}  # type: ignore[attr-defined]
+    assert SimulateOptions().prefixes == 3
+    assert {"pre0", "pre1", "pre2"} <= firsts and any(f.startswith("req") for f in firsts)
+    assert firsts - {"pre0", "pre1", "pre2"} == {f"req{i}" for i in range(200)} & firsts

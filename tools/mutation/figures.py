@@ -190,6 +190,28 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/transport/nixl.py:107:none:3": "a nixlRegDList is always truthy",
     "hisparse/transport/nixl.py:92:reorder:1": "memory_kind only reads the buffer: pure",
     "hisparse/transport/nixl.py:147:none:6": "a chunk's destinations are None or non-empty",
+    # the sampled run over every logic module on the H200 host's CPUs (docs/mutation-run6/)
+    "spec/machine.py:747:int:10": "block 0 also goes through _host, which passes it",
+    "spec/machine.py:1324:int:17": "rank 0 also goes through _rank, which passes it",
+    "spec/machine.py:1171:cmp:133": "rank 0 also goes through _rank, which passes it",
+    "spec/machine.py:263:int:20": "_rank is reached only for a rank outside 0..ranks-1",
+    "spec/machine.py:217:cmp:60": "the slow path redoes a phase change's indexes: the same",
+    "spec/machine.py:238:call:42": "unreachable: StartSpill inlines a free block's spill",
+    "spec/machine.py:207:call:108": "dead branch (a count plus one is never 0): removed",
+    "spec/machine.py:489:none:60": "a Spill (NamedTuple of six) is always truthy",
+    "spec/machine.py:1338:none:40": "a copy carries a key, never empty, or None",
+    "spec/machine.py:1356:reorder:44": "a pure expression moved before a continue",
+    "spec/machine.py:429:cmp:76": "a running request's page always has a location",
+    "spec/machine.py:325:none:62": "only an injected bug's Arrive runs it; a page is truthy",
+    "spec/machine.py:1328:reorder:33": "the refusal it moves before exists only in a bug",
+    "spec/machine.py:1402:var:115": "only an injected bug executes a replay",
+    "spec/machine.py:1405:var:118": "only an injected bug executes a replay",
+    "spec/machine.py:1405:var:141": "only an injected bug executes a replay",
+    "spec/machine.py:1408:reorder:45": "only an injected bug executes a replay",
+    "hisparse/coordinator.py:752:var:16": "w is rank (w = rank just above)",
+    "hisparse/coordinator.py:361:call:79": "unreachable: a fresh declaration always arrives",
+    "hisparse/coordinator.py:362:call:80": "unreachable: a fresh declaration always arrives",
+    "hisparse/simulate.py:793:call:79": "the bar is run()'s local: freed, so closed, on return",
 }
 
 
