@@ -334,3 +334,17 @@ def test_bench_protocol_times_the_shape_asked_in_both_modes(
     monkeypatch.setattr(protocol, "_trigger_costs", lambda n: {})
     protocol.run(lifecycles=5, background=2)
     assert calls == [(5, False, 2), (5, True, 2)]
+
+
+def test_bench_coordinator_prints_both_modes(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # (bench/cli.py:73:call:55 printed nothing for a mode)
+    out = tmp_path / "coord.json"
+    assert main(["bench", "coordinator", "--requests", "8", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    text = capsys.readouterr().out
+    for mode in ("check_off", "check_on"):
+        f = doc[mode]
+        assert (f"invariants {mode.replace('_', ' ')}: spill lifecycle "
+                f"{f['spill_lifecycle_us']:.1f} µs, idle decode step {f['idle_step_us']:.2f} µs"
+                f" ({doc['running_requests']} running requests)") in text

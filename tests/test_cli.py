@@ -134,3 +134,14 @@ def test_interrupted_check_removes_its_temp_folders(tmp_path: Path, sig: int) ->
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, (proc.returncode, err, out)
     assert list(tmp.iterdir()) == [], f"left behind: {list(tmp.rglob('*'))[:5]}"
+
+
+def test_help_names_no_default_for_a_flag_that_is_off() -> None:
+    # a store_true flag's False is not a default worth printing (cli.py:79:drop:1)
+    from hisparse.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert isinstance(sub.choices, dict)
+    text = sub.choices["simulate"].format_help()
+    assert "--no-progress" in text and "(default: False)" not in text
+    assert "(default: " in text  # flags with a value still show theirs

@@ -163,3 +163,30 @@ def test_metrics_without_prometheus_client_say_what_to_install(
     with pytest.raises(MetricsUnavailable,
                        match=r"^metrics need prometheus-client: pip install 'hisparse\[metrics\]'$"):
         _prometheus()
+
+
+def test_a_bad_read_every_is_refused_first_even_without_prometheus(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the argument's own refusal comes before the dependency's (metrics.py:73:reorder:0
+    # asked for prometheus-client first)
+    import sys
+
+    config = HiSparseConfig(host_pool_gib=0.001, block_tokens=8, row_bytes=16, top_k=4)
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ValueError, match=r"^read_every=0 must be at least 1$"):
+        HiSparseMetrics(config, read_every=0)
+
+
+def test_close_flushes_what_is_unread_and_stops_serving() -> None:
+    # (metrics.py:180:call:8 left the last steps unread; 182:call:15 kept serving)
+    config = HiSparseConfig(host_pool_gib=0.001, block_tokens=8, row_bytes=16, top_k=4)
+    metrics = HiSparseMetrics(config, read_every=4)
+    port = metrics.serve(0)
+    Probe.reads = 0
+    metrics.on_decode(Probe())
+    assert Probe.reads == 0  # one step of four: not read yet
+    metrics.close()
+    assert Probe.reads == 4
+    assert "hisparse_cache_misses_total 1.0" in metrics.text()
+    with pytest.raises(OSError):
+        scrape(port)

@@ -305,3 +305,18 @@ def test_oversized_bytes_are_refused_unparsed_and_change_no_child() -> None:
         assert off_s.store.__dict__ == before and coord.state == state
     multi.update_connector_output(MULTI_MESSAGE.dump_json(up))
     assert off_s.store.restorable("h0")
+
+
+def test_empty_metadata_bytes_are_refused_not_taken_for_none() -> None:
+    # None means "no metadata this step"; b"" is a malformed envelope
+    # (multi.py:191:none:2 took the empty bytes for None)
+    coord, multi, worker, off_s, off_w, port = _system()
+    raw = _one_spill_and_one_store(coord, multi, off_s, port)
+    worker.bind_connector_metadata(None)
+    with pytest.raises(MalformedChildMessage, match="multi"):
+        worker.bind_connector_metadata(b"")
+    assert port.queued() == () and off_w.queued() == 0
+    worker.bind_connector_metadata(raw)
+    assert len(port.queued()) == 1 and off_w.queued() == 1
+    port.land(None)
+    off_w.land(None)

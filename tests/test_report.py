@@ -148,3 +148,18 @@ def test_simulate_plot_without_matplotlib_exits_2_before_the_run(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--plot needs matplotlib" in err
     assert built == []
+
+
+def test_report_without_plot_needs_no_matplotlib(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # only --plot asks for matplotlib (cli.py:588:cmp:23 asked when no plot was wanted)
+    import sys
+
+    from hisparse.cli import main
+
+    out = tmp_path / "run.json"
+    assert main(["simulate", "--requests", "2", "--steps", "5", "--no-progress",
+                 "--json", str(out)]) == 0
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out), "--plot", str(tmp_path / "p.png")]) == 2

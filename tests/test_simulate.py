@@ -289,3 +289,9 @@ def test_synthetic_requests_draw_every_shared_prefix_and_none() -> None:
     assert SimulateOptions().prefixes == 3
     assert {"pre0", "pre1", "pre2"} <= firsts and any(f.startswith("req") for f in firsts)
     assert firsts - {"pre0", "pre1", "pre2"} == {f"req{i}" for i in range(200)} & firsts
+
+
+def test_a_host_block_holds_a_page_of_every_layer() -> None:
+    # tokens x row bytes x layers, whatever the run's size (simulate.py:109:var:16)
+    o = SimulateOptions(block_tokens=2, row_bytes=16, layers=3, requests=5)
+    assert o.host_block_bytes == 2 * 16 * 3

@@ -349,3 +349,13 @@ def test_a_sizing_replay_exits_1_on_a_violation_or_a_mismatch(
                    "--gpu-kv-gib", "3", "--host-gib", "8", "--max-running", "8", "--requests",
                    "4", "--no-progress"])
     assert rc == code
+
+
+def test_plan_takes_a_context_of_one_token_and_refuses_none() -> None:
+    # the bound is one token (sizing/plan.py:99:cmp:2 refused a 1-token context)
+    g = MODELS["deepseek-v3.2"]
+    p = plan(g, gpu_kv_gib=100, host_gib=400, contexts=(1,), machine_ram=1024 * GIB)
+    assert p.gpu_kv_gib == 100
+    for contexts in ((), (0,), (1, 0)):
+        with pytest.raises(PlanRefused, match="at least one context length of 1 token"):
+            plan(g, gpu_kv_gib=100, host_gib=400, contexts=contexts, machine_ram=1024 * GIB)

@@ -295,6 +295,16 @@ def test_parse_parse_error() -> None:
     assert "line 4, column 9" in out.reason
 
 
+def test_a_parse_error_is_quoted_without_its_stack_and_blank_lines() -> None:
+    # the first lines of the complaint, "***" and "Residual stack" lines and blanks left
+    # out (tlc/output.py:77:var:1 quoted them)
+    out = parse_output(PARSE_ERROR, 150)
+    assert out.messages[0] == (
+        'Was expecting "Expression or Instance" | Encountered "Beginning of definition" at '
+        'line 4, column 9 and token "==" | Definition starting at line 4, column 1. | '
+        "Fatal errors while parsing TLA+ spec in file Bad")
+
+
 def test_parse_exit_150_without_the_parsers_complaint() -> None:
     # exit 150 alone says parse error; with no parser text to quote, the reason is TLC's
     # own error line (tlc/output.py:75:reorder:0 read the complaint before finding it)

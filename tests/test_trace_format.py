@@ -132,6 +132,11 @@ def test_round_trip(tmp_path: Path) -> None:
             3,
             "hostKey names an unknown key",
         ),
+        (  # (trace.py:387:call:0 dropped this check)
+            [HEADER, with_(ARRIVE, post={**ARRIVE["post"], "gpuData": {"0": "k9"}})],
+            2,
+            "data must be a key, empty or garbage",
+        ),
     ],
     ids=[
         "malformed_json",
@@ -154,6 +159,7 @@ def test_round_trip(tmp_path: Path) -> None:
         "change_page_twice",
         "change_unknown_request",
         "change_unknown_key",
+        "change_unknown_data",
     ],
 )
 def test_malformed_trace_names_the_line(

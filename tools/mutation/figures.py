@@ -212,6 +212,28 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/coordinator.py:361:call:79": "unreachable: a fresh declaration always arrives",
     "hisparse/coordinator.py:362:call:80": "unreachable: a fresh declaration always arrives",
     "hisparse/simulate.py:793:call:79": "the bar is run()'s local: freed, so closed, on return",
+    # the second, fresh sample (one in seven; docs/mutation-run6/s7.json)
+    "hisparse/sizing/cli.py:92:reorder:0": "a pure path moved before a raise",
+    "hisparse/msgfaults.py:33:reorder:0": "attribute of an object whose __post_init__ raises",
+    "executor/accounting.py:171:reorder:1": "a pure index moved before a continue",
+    "spec/suffix_variants.py:63:reorder:0": "a pure lookup moved before a return",
+    "hisparse/indexer_sim.py:149:reorder:2": "moved before a raise can_allocate rules out",
+    "hisparse/tp/run.py:292:reorder:9": "a pure dict built before an early return",
+    "executor/accounting.py:203:reorder:3": "two independent counter updates swapped",
+    "spec/catalogue.py:646:reorder:8": "a pure regex moved before an append-only if",
+    "hisparse/tlc/value.py:42:none:1": "a re.Match is always truthy",
+    "hisparse/bench/allocsearch.py:49:none:0": "hi, once found, is above lo >= 0",
+    "hisparse/sizing/cli.py:223:none:2": "--json is None or a Path (always truthy)",
+    "hisparse/tp/run.py:339:none:10": "worker meta (pydantic model) is always truthy",
+    "hisparse/workerproc.py:202:none:1": "the only timeout passed is START_TIMEOUT_S > 0",
+    "hisparse/indexer_sim.py:219:none:7": "a HiSparseMetrics has no __bool__/__len__: truthy",
+    "hisparse/workerproc.py:115:none:4": "worker meta (pydantic model) is always truthy",
+    "hisparse/sizing/cli.py:71:none:3": "--gpu-kv-gib is None or above 0 (positive_float)",
+    "hisparse/sizing/plan.py:143:var:41": "g is geometry (g = geometry above)",
+    "hisparse/coordinator.py:755:var:18": "w is rank (w = rank above)",
+    "hisparse/coordinator.py:767:var:21": "w is rank (w = rank above)",
+    "spec/machine.py:1246:int:13": "rank 0 also goes through _rank, which passes it",
+    "hisparse/msgfaults.py:42:cmp:0": "random() equals the rate exactly with chance 2**-53",
 }
 
 
