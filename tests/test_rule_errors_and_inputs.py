@@ -85,3 +85,25 @@ def test_the_churn_bench_refuses_an_unknown_ack_shape() -> None:
         churn.run(requests=1, acks=("sideways",))
     with pytest.raises(ValueError, match="acks must name one or more of"):
         churn.run(requests=1, acks=())
+
+
+def test_an_io_error_mid_read_is_named_by_its_line(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # a disk error on line 2 is the caller's typed error, not an OSError
+    # (jsonlines.py:36:raise:2 went on reading)
+    import errno
+    import io
+    import itertools
+
+    class Failing(io.BytesIO):
+        def readline(self, size: int | None = -1) -> bytes:
+            if self.tell() > 0:
+                raise OSError(errno.EIO, "Input/output error")
+            return super().readline(size)
+
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"a": 1}\n{"b": 2}\n')
+    raw = f.read_bytes()
+    monkeypatch.setattr(Path, "open", lambda self, mode="r": Failing(raw))
+    with pytest.raises(ValueError, match=rf"^{f}:2: cannot read: Input/output error$"):
+        list(itertools.islice(read_json_lines(f, ValueError), 5))  # (bounded: no hang)

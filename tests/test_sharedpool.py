@@ -119,3 +119,17 @@ def test_two_processes_share_one_host_allocation() -> None:
         writer.close()
         reader.close()
         pool.close()
+
+
+def test_a_second_layout_or_one_layer_too_many_is_refused() -> None:
+    # either mismatch alone refuses (sharedpool.py:106:bool:1 refused only both at once)
+    from hisparse.executor.errors import ExecutorError
+
+    pool = SharedHostPool(CONFIG.pool_layout(GPU, SLOTS), CONFIG.layers)
+    ex = SharedHostExecutor(pool, writer=True)
+    other = CONFIG.pool_layout(GPU + 1, SLOTS)
+    with pytest.raises(ExecutorError, match="layout or layers differ"):
+        ex.allocate(other)
+    ex.allocate(CONFIG.pool_layout(GPU, SLOTS))  # its one layer
+    with pytest.raises(ExecutorError, match="layout or layers differ"):
+        ex.allocate(CONFIG.pool_layout(GPU, SLOTS))

@@ -359,3 +359,21 @@ def test_plan_takes_a_context_of_one_token_and_refuses_none() -> None:
     for contexts in ((), (0,), (1, 0)):
         with pytest.raises(PlanRefused, match="at least one context length of 1 token"):
             plan(g, gpu_kv_gib=100, host_gib=400, contexts=contexts, machine_ram=1024 * GIB)
+
+
+def test_the_reference_bytes_check_counts_every_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GPU pool, every running request's hot rows and the host pool, added up
+    # (sizing/cli.py:125:arith:1 subtracted the hot rows)
+    import argparse
+
+    from hisparse.sizing import cli as sizing_cli
+
+    o = tiny(executor="reference")
+    c = sizing_config(o)
+    need = c.gpu_blocks * c.host_block_bytes + o.max_running * c.hot_bytes + c.host_pool_bytes
+    frac = sizing_cli.RAM_FRACTION_FOR_BYTES
+    monkeypatch.setattr(sizing_cli, "_available_ram", lambda: int(need / frac) + 1)
+    sizing_cli.check_bytes_fit(o)  # just fits
+    monkeypatch.setattr(sizing_cli, "_available_ram", lambda: int(need / frac) - 1)
+    with pytest.raises(argparse.ArgumentTypeError, match="--executor reference would hold"):
+        sizing_cli.check_bytes_fit(o)

@@ -180,3 +180,16 @@ def test_a_worker_process_whose_start_fails_is_stopped_at_once() -> None:
     assert err.value is not None
     started = [p for p in multiprocessing.active_children() if p.pid not in before]
     assert started == []
+
+
+def test_a_call_over_a_closed_pipe_is_refused_as_stopped() -> None:
+    # a closed pipe alone refuses, before any send (workerproc.py:203:bool:0 wanted the
+    # process stopped too)
+    w = ProcessWorker(0, CONFIG, gpu_blocks=4, slots=2, executor="reference", max_positions=16)
+    try:
+        w._conn.close()
+        with pytest.raises(WorkerProcessError, match="the worker process was stopped"):
+            w.queued()
+    finally:
+        w.close()
+    assert not w._proc.is_alive()
