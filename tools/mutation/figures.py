@@ -234,6 +234,8 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/coordinator.py:767:var:21": "w is rank (w = rank above)",
     "spec/machine.py:1246:int:13": "rank 0 also goes through _rank, which passes it",
     "hisparse/msgfaults.py:42:cmp:0": "random() equals the rate exactly with chance 2**-53",
+    "hisparse/indexer_sim.py:138:cmp:14": "reclaim(0) spills nothing (islice of 0)",
+    "spec/trace.py:496:bool:12": "step_problem builds the same domain itself from None",
 }
 
 
