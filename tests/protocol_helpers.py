@@ -182,6 +182,9 @@ GUARDS: dict[str, Guard] = {
     "IgnoreReplay": _ignore_replay,
     "LoseCommand": lambda m, tid, w: tid in m.state.down[w],
     "LoseMeta": lambda m, w: bool(m.state.up[w]),
+    # a reader rank of a shared pool (the others copy into their own pool: nothing to order)
+    "WorkerRead": lambda m, w: w in m.state.config.readers,
+    "WorkerReadsDone": lambda m, w: bool(m.state.reading[w]),
 }
 
 
@@ -278,9 +281,6 @@ IMPORT_GUARDS: dict[str, Guard] = {
         _imp(m, r)[1] == "landed" and m.state.req[r] == "aborted"),
 }
 GUARDS.update(IMPORT_GUARDS)
-# A reader rank of a shared pool (the others copy into their own pool: no reads to order)
-GUARDS["WorkerRead"] = lambda m, w: w in m.state.config.readers
-GUARDS["WorkerReadsDone"] = lambda m, w: bool(m.state.reading[w])
 
 
 def legal_moves(

@@ -7,9 +7,9 @@ two ranks with private pools or one shared pool, and one rank with P/D imports),
 argument tuple of every catalogue action's domain whose guard does not hold is refused,
 typed; and every argument just outside a domain (rank -1 and one past the last, host
 block -1 and one past the last, chunk 0 and one past the last, page 0 and one past a
-request's last, an unknown request) is refused too, a bad rank as ``UnknownRank``. (The
-other direction, a guarded move accepted, is the ``legal`` rule every step; that a
-refusal changes nothing is ``anything``'s.)
+request's last, an unknown request) is refused too, a bad rank as ``UnknownRank``; and
+all those refusals together leave the state as it was. (The other direction, a guarded
+move accepted, is the ``legal`` rule every step.)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ IMPORT_ACTIONS = set(IMPORT_GUARDS)
 IMPORTS = {"i0": ("k0", "k5"), "i1": ("k6",), "i2": ("k7", "k8", "k9", "k10")}
 
 
-def refused(m: ProtocolMachine, action: str, args: tuple[Any, ...]) -> BaseException | None:
+def refusal(m: ProtocolMachine, action: str, args: tuple[Any, ...]) -> BaseException | None:
     """The typed refusal of ``action(*args)``; None where the machine took it."""
     try:
         getattr(m, action)(*args)
@@ -73,22 +73,25 @@ def outside(m: ProtocolMachine, domain: Domain, ranked: bool) -> list[tuple[Any,
 
 
 def check_enabled_exactly(m: ProtocolMachine, seen: Counter[tuple[str, bool]]) -> None:
-    """The rule in one state of ``m`` (``seen`` counts each action's guard outcomes)."""
+    """The rule in one state of ``m`` (``seen`` counts each action's guard outcomes);
+    every refusal tried leaves the state as it was."""
+    before = m.state.clone()
     for action in CATALOGUE:
         guard = GUARDS[action.name]
         for args in arguments(m.state, action.domain, action.ranked):
             held = bool(guard(m, *args))
             seen[action.name, held] += 1
             if not held:
-                assert refused(m, action.name, args) is not None, (
+                assert refusal(m, action.name, args) is not None, (
                     f"{action.name}{args} taken where its guard does not hold")
         for args in outside(m, action.domain, action.ranked):
-            e = refused(m, action.name, args)
+            e = refusal(m, action.name, args)
             assert e is not None, f"{action.name}{args} taken outside its domain"
             if action.ranked and args[-1] in (-1, m.state.config.ranks) and (
                 not action.injected_only  # (refused first for want of its bug)
             ):
                 assert isinstance(e, UnknownRank), (action.name, args, e)
+    assert m.state == before, "a refusal changed the state"
 
 
 class EnabledExactly(ProtocolStateful):

@@ -134,12 +134,7 @@ class Run:
 def whole_functions(args: list[str]) -> list[str]:
     """Each parametrized node id as its test function (``t.py::f[a-b]`` -> ``t.py::f``),
     once each, in order; other arguments as they are."""
-    out: list[str] = []
-    for a in args:
-        w = a.split("[", 1)[0] if "::" in a else a
-        if w not in out:
-            out.append(w)
-    return out
+    return list(dict.fromkeys(a.split("[", 1)[0] if "::" in a else a for a in args))
 
 
 def first_failure(stdout: str) -> str:
