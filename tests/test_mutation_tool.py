@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tools.mutation.covermap import CoverMap, build, shared_files, tree_digest
+from tools.mutation import covermap
+from tools.mutation.covermap import (
+    CoverMap,
+    build,
+    shards_of,
+    shared_files,
+    suite_files,
+    tree_digest,
+)
 from tools.mutation.mutants import Mutant, interleaved, mutants_of, mutated_source
 from tools.mutation.operators import OPERATORS, sites, splice
 from tools.mutation.reach import reach
@@ -31,7 +39,7 @@ from tools.mutation.runner import (
     tree_files,
     whole_functions,
 )
-from tools.mutation.targets import Guard
+from tools.mutation.targets import FULL_SUITE_IGNORES, Guard
 
 
 def edits(source: str, operator: str) -> list[str]:
@@ -481,3 +489,40 @@ def test_the_survivors_table_says_what_became_of_each() -> None:
         "| `a.py:9:cmp:1` | `x < 1 \\| y` | killed by `tests/t.py::test_x` |",
         f"| `{equivalent}` | `z` | equivalent: {figures.EQUIVALENT[equivalent]} |",
         "| `a.py:20:not:0` | `not w` | **survives** |"]
+
+
+def test_shards_hold_every_suite_file_once_in_groups_of_about_equal_size() -> None:
+    files = suite_files()
+    assert files and not set(files) & set(FULL_SUITE_IGNORES)
+    assert all(f.startswith("tests/test_") for f in files)
+    groups = shards_of(files, 4)
+    assert len(groups) == 4 and sorted(f for g in groups for f in g) == files
+    size = {f: (ROOT / f).stat().st_size for f in files}
+    loads = [sum(size[f] for f in g) for g in groups]
+    # greedy onto the lightest: no group exceeds the lightest by more than one file
+    assert max(loads) - min(loads) <= max(size.values())
+    assert shards_of(files[:2], 5) == [[files[0]], [files[1]]] or \
+        shards_of(files[:2], 5) == [[files[1]], [files[0]]]
+    with pytest.raises(ValueError, match="at least 1"):
+        shards_of(files, 0)
+
+
+def test_a_sharded_map_merges_each_groups_map_under_the_one_marker_expression(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[tuple[list[str], str]] = []
+
+    def fake_build(out: Path, tests: list[str] | None = None,
+                   markers: str = "") -> CoverMap:
+        assert tests is not None
+        built.append((tests, markers))
+        return CoverMap([f"{t}::x" for t in tests], [1.0] * len(tests),
+                        {"m.py": {len(built): list(range(len(tests)))}}, "tree", markers)
+
+    monkeypatch.setattr(covermap, "build", fake_build)
+    cmap = covermap.build_sharded(tmp_path / "map.json", 3, "not gpu")
+    assert sorted(f for tests, _ in built for f in tests) == suite_files()
+    assert {m for _, m in built} == {"not gpu"} and cmap.markers == "not gpu"
+    assert sorted(cmap.tests) == sorted(f"{f}::x" for f in suite_files())
+    assert sorted(i for by in cmap.lines.values() for ran in by.values() for i in ran) == \
+        list(range(len(cmap.tests)))
+    assert CoverMap.load(tmp_path / "map.json") == cmap

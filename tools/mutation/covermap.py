@@ -18,6 +18,12 @@ the model-checking tests can be mapped apart and merged in:
     python -m tools.mutation.covermap --out /tmp/covmap.json
     python -m tools.mutation.covermap --markers "tlc and not gpu" --out /tmp/tlc.json
     python -m tools.mutation.covermap --merge /tmp/covmap.json /tmp/tlc.json --out all.json
+
+On a machine with many cores, ``--shards N`` maps N groups of test files at once, each in
+its own scratch copy, and merges them (a test file is never split, so a file whose tests
+share state is measured as one run):
+
+    python -m tools.mutation.covermap --shards 8 --out covmap.json
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tools.mutation.runner import (
@@ -177,6 +184,46 @@ def build(out: Path, tests: list[str] | None = None,
     return cmap
 
 
+def shards_of(files: list[str], shards: int, root: Path = ROOT) -> list[list[str]]:
+    """``files`` in at most ``shards`` groups of about equal size (bytes, for the time
+    their tests take), biggest file first onto the lightest group; no group is empty."""
+    if shards < 1:
+        raise ValueError(f"shards must be at least 1, not {shards}")
+    size = {f: (root / f).stat().st_size for f in files}
+    groups: list[list[str]] = [[] for _ in range(min(shards, len(files)))]
+    load = [0] * len(groups)
+    for f in sorted(files, key=lambda f: (-size[f], f)):
+        i = min(range(len(groups)), key=load.__getitem__)
+        groups[i].append(f)
+        load[i] += size[f]
+    return [sorted(g) for g in groups]
+
+
+def suite_files(root: Path = ROOT) -> list[str]:
+    """The test files of the whole non-TLC suite (``full_suite_args``' files)."""
+    return sorted(f for f in tree_files(root)
+                  if f.startswith("tests/") and Path(f).name.startswith("test_")
+                  and f.endswith(".py") and f not in FULL_SUITE_IGNORES)
+
+
+def build_sharded(out: Path, shards: int, markers: str = FULL_MARKERS) -> CoverMap:
+    """``build`` over ``shards`` groups of the suite's test files at once, merged into
+    one map (its markers those of every group)."""
+    groups = shards_of(suite_files(), shards)
+    with tempfile.TemporaryDirectory(prefix="hisparse-covmap-shards-") as tmp, \
+            ThreadPoolExecutor(len(groups)) as pool:
+        maps = list(pool.map(lambda ig: build(Path(tmp) / f"{ig[0]}.json", ig[1], markers),
+                             enumerate(groups)))
+    cmap = maps[0]
+    for m in maps[1:]:
+        cmap = cmap.merged(m)
+    cmap = replace(cmap, markers=markers)
+    cmap.dump(out)
+    print(f"coverage map of {len(cmap.tests)} tests ({len(groups)} shards) written to {out}",
+          file=sys.stderr)
+    return cmap
+
+
 _IMPORT_PROBE = """\
 import importlib, json, sys
 import coverage
@@ -245,10 +292,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="the tests to map, as pytest -m (default: %(default)s)")
     ap.add_argument("--merge", type=Path, nargs=2, metavar="MAP",
                     help="write the union of two maps of this tree instead of running tests")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="map this many groups of test files at once (default: %(default)s)")
     args = ap.parse_args(argv)
     if args.merge:
         a, b = (CoverMap.load(p) for p in args.merge)
         a.merged(b).dump(args.out)
+    elif args.shards > 1:
+        build_sharded(args.out, args.shards, args.markers)
     else:
         build(args.out, markers=args.markers)
     return 0
