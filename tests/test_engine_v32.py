@@ -206,4 +206,7 @@ def test_bench_equal_hbm_without_torch_exits_2_saying_what_to_install() -> None:
     out = _cli("bench", "equal-hbm")
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
-    assert "hisparse[cuda12]" in out.stderr or "hisparse[engine]" in out.stderr
+    # the GPU check speaks first: without CuPy (CI) it names the extra to install, with
+    # CuPy and no device (a GPU host's GPU hidden) it says so; with a GPU, the torch check
+    assert any(s in out.stderr for s in ("hisparse[cuda12]", "no usable NVIDIA GPU",
+                                         "hisparse[engine]"))
