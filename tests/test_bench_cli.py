@@ -348,3 +348,57 @@ def test_bench_coordinator_prints_both_modes(tmp_path: Path,
         assert (f"invariants {mode.replace('_', ' ')}: spill lifecycle "
                 f"{f['spill_lifecycle_us']:.1f} µs, idle decode step {f['idle_step_us']:.2f} µs"
                 f" ({doc['running_requests']} running requests)") in text
+
+
+def test_the_eviction_cost_times_one_evicting_spill_per_sample() -> None:
+    # the pool fills with its first host_blocks spills, then each of the samples evicts
+    # (bench/churn.py:170:var:4 ran host_blocks samples whatever was asked)
+    from hisparse.bench.churn import eviction_cost
+
+    for samples in (10, 30):
+        doc = eviction_cost(128, samples=samples)
+        assert (doc["host_blocks"], doc["evicting_spills"]) == (128, samples)
+        assert doc["evicting_spill_cpu_us"] > 0
+
+
+def test_the_churn_figures_are_the_requests_over_the_clocks_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # stand-in clocks (each CPU-clock read half a second on, the wall clock 2 s over the
+    # run) make every figure exact: ten deciles of a run whose tenths do not divide it
+    # (bench/churn.py:192:int:3 took an eleventh), and the wall rate is the requests over
+    # the wall time (bench/churn.py:209:var:14 divided the host pool's size)
+    import types
+
+    import hisparse.bench.churn as churn
+
+    cpu = iter(0.5 * k for k in range(100))
+    wall = iter((10.0, 12.0))
+    monkeypatch.setattr(churn, "time", types.SimpleNamespace(
+        process_time=lambda: next(cpu), perf_counter=lambda: next(wall)))
+    requests, tenth = 25, 2  # deciles after requests 2, 4, ..., 20; 21 to 25 uncounted
+    doc = churn.churn(requests, host_blocks=128, acks="pipelined")
+    assert doc["per_request_cpu_us_by_decile"] == [0.5 / tenth * 1e6] * 10
+    assert doc["last_over_first_decile"] == 1.0
+    assert doc["rss_warm_after_requests"] == tenth
+    # the start, ten deciles, the end: eleven half-second steps of CPU time
+    assert doc["cpu_seconds"] == 5.5
+    assert doc["requests_per_cpu_s"] == round(requests / 5.5, 1)
+    assert doc["wall_seconds"] == 2.0
+    assert doc["requests_per_wall_s"] == round(requests / doc["wall_seconds"], 1) == 12.5
+    assert doc["left_after_drain"] == []
+
+
+def test_the_churn_drivers_finished_head_is_cut_past_4096() -> None:
+    # the driver keeps at most 4096 finished requests ahead of its live ones, and cuts
+    # them on the lifecycle that finishes the 4097th (bench/churn.py:138:int:1 kept one
+    # more)
+    from hisparse.bench.churn import Churn
+
+    ch = Churn(host_blocks=64, live=4)
+    lengths = []
+    for i in range(4096 + ch.live + 1):
+        ch.lifecycle(i)
+        assert ch.head <= 4096 and len(ch.running) - ch.head == min(i + 1, ch.live)
+        lengths.append(len(ch.running))
+    assert max(lengths) == lengths[-2] == 4096 + ch.live
+    assert (ch.head, lengths[-1]) == (0, ch.live)  # the 4097th finished: all cut

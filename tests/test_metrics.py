@@ -179,9 +179,15 @@ def test_a_bad_read_every_is_refused_first_even_without_prometheus(
 
 def test_close_flushes_what_is_unread_and_stops_serving() -> None:
     # (metrics.py:180:call:8 left the last steps unread; 182:call:15 kept serving)
+    import threading
+
     config = HiSparseConfig(host_pool_gib=0.001, block_tokens=8, row_bytes=16, top_k=4)
     metrics = HiSparseMetrics(config, read_every=4)
+    before = set(threading.enumerate())
     port = metrics.serve(0)
+    # serve() starts the endpoint's own thread, running the server's loop
+    [serving] = [t for t in threading.enumerate()
+                 if t not in before and "serve_forever" in t.name]
     Probe.reads = 0
     metrics.on_decode(Probe())
     assert Probe.reads == 0  # one step of four: not read yet
@@ -190,3 +196,8 @@ def test_close_flushes_what_is_unread_and_stops_serving() -> None:
     assert "hisparse_cache_misses_total 1.0" in metrics.text()
     with pytest.raises(OSError):
         scrape(port)
+    # close() stopped that loop before closing its socket, so the thread has ended
+    # (182:call:15 only closed the socket: the loop kept polling it, a thread left
+    # running per close); the join returns at once once the loop has returned
+    serving.join(timeout=10)
+    assert not serving.is_alive()

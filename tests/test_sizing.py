@@ -377,3 +377,70 @@ def test_the_reference_bytes_check_counts_every_pool(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(sizing_cli, "_available_ram", lambda: int(need / frac) - 1)
     with pytest.raises(argparse.ArgumentTypeError, match="--executor reference would hold"):
         sizing_cli.check_bytes_fit(o)
+
+
+def test_the_sizing_plot_draws_with_agg_and_labels_its_shared_step_axis(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # the figure is read where it is saved, not from its pixels: the lower axes name the
+    # decode step both share (sizing/table.py:97:call:8 left it unnamed); and it draws
+    # off-screen with Agg whatever backend was chosen before (sizing/table.py:84:call:0
+    # kept the one chosen, here PDF's)
+    import matplotlib
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from hisparse.sizing.table import plot
+
+    saved: list[Figure] = []
+    save = Figure.savefig
+
+    def savefig(fig: Figure, *a: Any, **k: Any) -> None:
+        saved.append(fig)
+        save(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    before = matplotlib.get_backend()
+    matplotlib.use("pdf")
+    try:
+        o = {"model": "tiny", "gpu_kv_gib": 1.0, "host_gib": 2.0, "requests": 3,
+             "time_compression": 1.0}
+        on = {"host_blocks": 8, "series": {"running": [1, 2, 1], "host_blocks_used": [0, 4, 2]}}
+        off = {"series": {"running": [1, 1, 1]}}
+        png = tmp_path / "sizing.png"
+        plot(o, on, off, png)
+        assert matplotlib.get_backend().lower() == "agg"
+    finally:
+        matplotlib.use(before)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    [fig] = saved
+    top, bottom = fig.axes
+    assert bottom.get_xlabel() == "decode step"
+    assert (top.get_ylabel(), bottom.get_ylabel()) == ("running requests", "host pool used, %")
+    assert np.asarray(bottom.lines[0].get_ydata(), dtype=float).tolist() == [0.0, 50.0, 25.0]
+
+
+def test_model_simulate_asks_for_matplotlib_only_with_a_plot(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    # --plot without matplotlib: one line, exit 2, before any replay; without --plot the
+    # replay runs with no matplotlib at all (sizing/cli.py:146:cmp:17 asked the wrong way)
+    import sys
+
+    from hisparse.sizing import cli as sizing_cli
+
+    replays: list[SizingOptions] = []
+
+    def replay(o: SizingOptions, **kw: Any) -> Any:
+        replays.append(o)
+        return run_sizing(o, **kw)
+
+    monkeypatch.setattr(sizing_cli, "run_sizing", replay)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    argv = ["simulate", "--model", "deepseek-v3.2", "--workload", "mooncake", str(TRACE),
+            "--gpu-kv-gib", "3", "--host-gib", "8", "--max-running", "8", "--no-progress"]
+    assert cli.main([*argv, "--plot", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--plot needs matplotlib" in err
+    assert replays == []
+    assert cli.main(argv) == 0
+    assert len(replays) == 1 and "HiSparse on" in capsys.readouterr().out
