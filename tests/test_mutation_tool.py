@@ -526,3 +526,25 @@ def test_a_sharded_map_merges_each_groups_map_under_the_one_marker_expression(
     assert sorted(i for by in cmap.lines.values() for ran in by.values() for i in ran) == \
         list(range(len(cmap.tests)))
     assert CoverMap.load(tmp_path / "map.json") == cmap
+
+
+def test_a_run_stopped_while_writing_its_json_keeps_what_it_held(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a timeout that killed the run mid-write left an empty JSON, and --resume nothing
+    from tools.mutate import write_atomically
+
+    out = tmp_path / "run.json"
+    write_atomically(out, '{"outcomes": [1]}\n')
+    real = Path.write_text
+
+    def interrupted(self: Path, text: str, *a: object, **k: object) -> int:
+        real(self, text[:5])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(out, '{"outcomes": [1, 2]}\n')
+    monkeypatch.undo()
+    assert out.read_text() == '{"outcomes": [1]}\n'
+    write_atomically(out, '{"outcomes": [1, 2]}\n')
+    assert out.read_text() == '{"outcomes": [1, 2]}\n'

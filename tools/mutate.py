@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{n}/{doc['selected']}] {o.status:8} {o.phase:5} {o.seconds:6.1f}s "
               f"{o.mutant.id}  {o.mutant.before}", flush=True)
         if args.json:
-            args.json.write_text(json.dumps(doc, indent=1) + "\n")
+            write_atomically(args.json, json.dumps(doc, indent=1) + "\n")
 
     outcomes = run_all(mutants, args.jobs, limits, full, done, None if guard else cover, guard)
     survivors = [o for o in outcomes if o.status == SURVIVED]
@@ -243,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     for o in survivors:
         print(f"SURVIVED {o.mutant.id}  {o.mutant.before}")
     return 0
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or what it held before, never a part: a run stopped while
+    it writes (a timeout, Ctrl-C) keeps every outcome decided so far for ``--resume``."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def check_killers(path: Path, jobs: int) -> int:
