@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,3 +189,68 @@ def test_its_metrics_count_the_spills_and_bytes_of_the_run() -> None:
     assert rep.spills > 0
     assert seen["hisparse_spills_total"] == rep.spills
     assert seen["hisparse_device_to_host_bytes_total"] == rep.d2h_bytes
+
+
+# --- the row check and admission, exactly -----------------------------------------------
+
+
+def test_a_row_with_a_wrong_key_or_a_wrong_scale_is_one_mismatch() -> None:
+    """The row check compares each (block, layer, token) row's FP8 key bytes and its
+    float32 scale: a row is one mismatch when either differs, once when both do
+    (indexer_sim.py:251:var:1 counted only the keys: a wrong scale went unseen)."""
+    found: list[tuple[str, int]] = []
+
+    class Corrupting(IndexerSimulation):
+        def _verify(self, result: Any, topk: dict[str, Any]) -> None:
+            if found or not topk:
+                super()._verify(result, topk)
+                return
+            ix = self.ix
+            block = self.ix_blocks[next(iter(topk))][0]
+            uses = sum(self.ix_blocks[r].count(block) for r in topk)  # (a shared prefix)
+            layer, token = ix.layers - 1, 3
+            base = layer * ix.layer_bytes
+            key = base + token * ix.head_dim + 5  # one byte of the row's FP8 key
+            scale = base + ix.block_tokens * ix.head_dim + token * 4 + 2  # of its scale
+            for what, where in (("key", (key,)), ("scale", (scale,)),
+                                ("both", (key, scale))):
+                saved = self.group.data[block].copy()
+                for b in where:
+                    self.group.data[block, b] ^= 0x5A
+                before = self.counts["mismatches"]
+                super()._verify(result, topk)
+                found.append((what, (self.counts["mismatches"] - before) // uses))
+                self.group.data[block] = saved
+            before = self.counts["mismatches"]
+            super()._verify(result, topk)  # restored: nothing wrong
+            found.append(("none", self.counts["mismatches"] - before))
+
+    Corrupting(replace(OPTS, requests=3, steps=40)).run()
+    assert found == [("key", 1), ("scale", 1), ("both", 1), ("none", 0)]
+
+
+def test_admission_takes_only_the_gpu_blocks_the_host_hit_does_not_cover() -> None:
+    """A request whose host hit is admitted needs GPU blocks only for its other pages:
+    it is admitted when exactly those are free, and a refusal means a pool really has no
+    room (indexer_sim.py:135:arith:10 asked for the host-hit pages' blocks on top: such
+    a request was refused while the pools could take it)."""
+    tight = 0
+
+    class Checked(IndexerSimulation):
+        def _admit(self, r: str) -> bool:
+            nonlocal tight
+            p, n, free = self.plan(r), len(self.hashes[r]), self.kv.num_free
+            room = self.group.can_allocate(self.hashes[r], min(p.gpu_hit, p.admit_indexer))
+            admitted = super()._admit(r)
+            if admitted:
+                assert free >= n - p.admit_mla
+                tight += free < n  # the host hit made it fit
+            else:
+                assert free < n - p.admit_mla or not room, (r, n, p, free)
+            return admitted
+
+    # a roomy indexer group: the GPU KV pool is the one that binds
+    rep = Checked(replace(OPTS, requests=8, gpu_blocks=12, indexer_gpu_blocks=36,
+                          max_pages=6, concurrency=4, seed=1)).run()
+    assert rep.violations == 0 and rep.data_mismatches == 0
+    assert tight > 0  # (not vacuous: an admission fit only thanks to its host hit)

@@ -5,8 +5,9 @@
 - a rank closes only after a barrier (no rank unmaps or destroys events while another
   still uses them), closes its executor, and unmaps its host pool last, once the pools
   that viewed it are collected;
-- the one-time probe of a shared-backing reader fails the run when a refused command took
-  commands or changed the reader, and counts both refusals otherwise;
+- the one-time probe of a shared-backing reader, on its first step with transfers, fails
+  the run when a refused command took commands or changed the reader, and counts both
+  refusals otherwise;
 - a reader's spill work is timed on its compute stream (it waits there for the writer's
   copy event), a writer's on its copy stream.
 
@@ -21,6 +22,7 @@ the CUDA executor and the shared host arena; the rank's loop, group and oracle a
 from __future__ import annotations
 
 import gc
+import json
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -34,9 +36,15 @@ import pytest
 import hisparse.executor.cuda as cuda_pkg
 import hisparse.executor.cuda.backend as cuda_backend
 import hisparse.tp.run as tp_run
-from hisparse.executor.cuda.ipc import EventNotRecorded
+from hisparse.executor.cuda.ipc import EventRing
 from hisparse.executor.cuda.tp import WriterEventMissing
 from hisparse.executor.reference import ReferenceExecutor
+from hisparse.spec.messages import (
+    CONNECTOR_METADATA,
+    BlockTableReplacement,
+    HiSparseConnectorMetadata,
+    SparseKVPageTransfer,
+)
 from hisparse.tp.group import PipeGroup
 from hisparse.tp.run import RankSide, TpOptions, TpRunFailed, build_executor, run_rank
 
@@ -184,20 +192,29 @@ def test_a_rank_closes_after_a_barrier_and_unmaps_last_with_no_view_left(
 
 
 class FakeReader:
-    """A shared-backing reader's stand-in with the state the probe compares."""
+    """A shared-backing reader's stand-in with the state the probe compares. Its view of
+    the writer's events is the real host-side ring (records 1..3 announced): a wait on
+    an announced record is allowed, one on a later record refused."""
 
     def __init__(self) -> None:
         self.queue: list[int] = []
         self._writer_record: dict[int, int] = {}
         self.stream = "compute"
+        ring = EventRing(4)
+        ring.announce(3)
 
         def wait(stream: Any, record: int) -> None:
-            raise EventNotRecorded(record, record - 1)
+            ring.wait_slot(record)  # EventNotRecorded unless announced
 
-        self.writer = SimpleNamespace(ring=SimpleNamespace(announced=3), wait=wait)
+        self.writer = SimpleNamespace(ring=ring, wait=wait)
 
     def queued(self) -> tuple[int, ...]:
         return tuple(self.queue)
+
+    def learn(self, announcement: dict[int, int]) -> None:  # as SharedReaderExecutor's
+        if announcement:
+            self.writer.ring.announce(max(announcement.values()))
+            self._writer_record.update(announcement)
 
 
 def _side(bind: Any) -> SimpleNamespace:
@@ -211,9 +228,57 @@ def _refuse(_: bytes) -> None:
 
 
 def test_the_probe_counts_both_refusals_of_a_reader_they_leave_unchanged() -> None:
+    # the probed wait names the record after the last announced one (tp/run.py:481:arith:20
+    # waited on the one before it: an announced record, not refused, and the run failed)
     side = _side(_refuse)
-    tp_run._probe_unannounced(side, FakeReader(), "{}")  # type: ignore[arg-type]
+    reader = FakeReader()
+    tp_run._probe_unannounced(side, reader, "{}")  # type: ignore[arg-type]
     assert side.report.refusals_checked == 2
+    assert reader.writer.ring.announced == 3  # a refused wait announces nothing
+
+
+def _meta(transfers: tuple[int, ...] = (), replaced: bool = False) -> str:
+    return CONNECTOR_METADATA.dump_json(HiSparseConnectorMetadata(
+        transfers=tuple(SparseKVPageTransfer(transfer_id=t, src_gpu_block=t + 1,
+                                             dst_host_block=t) for t in transfers),
+        replacements=(BlockTableReplacement(request_id="r", page_index=1, host_block=9),)
+        if replaced else ())).decode()
+
+
+def test_a_reader_probes_the_refusals_once_on_the_first_step_with_transfers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared-backing reader's step: the writer's announcement arrives, then on the
+    first step whose metadata carries transfers (and only then) the probe checks both
+    refusals, then the reader learns the announcement and takes the commands
+    (tp/run.py:453:not:8 never probed; tp/run.py:463:bool:0 took metadata without
+    transfers, or none, for metadata with transfers)."""
+    monkeypatch.setattr(tp_run, "SharedReaderExecutor", FakeReader)
+    reader = FakeReader()
+    refused: list[int] = []
+    taken: list[str] = []
+
+    def bind(raw: bytes) -> None:  # the reader's rule: announced copies only
+        for t in CONNECTOR_METADATA.validate_json(raw).transfers:
+            if t.transfer_id not in reader._writer_record:
+                refused.append(t.transfer_id)
+                raise WriterEventMissing(t.transfer_id)
+        taken.append(raw.decode())
+
+    side = _side(bind)
+    side.executor = reader
+    side.apply = lambda meta: None if meta is None else bind(meta.encode())
+    steps = [(None, {}), (_meta(replaced=True), {}), (_meta((0,)), {0: 4}),
+             (_meta((1, 2), replaced=True), {1: 5, 2: 5}), (None, {})]
+    checked: list[int] = []
+    for meta, announcement in steps:
+        group = SimpleNamespace(broadcast=lambda _, a=announcement: json.dumps(a).encode())
+        tp_run._take_commands(side, group, meta)  # type: ignore[arg-type]
+        checked.append(side.report.refusals_checked)
+    assert checked == [0, 0, 2, 2, 2]
+    assert refused == [0]  # the probe's one refused take
+    assert taken == [m for m, _ in steps if m is not None]
+    assert reader.writer.ring.announced == 5 and sorted(reader._writer_record) == [0, 1, 2]
+    assert [tp_run._has_transfers(m) for m, _ in steps] == [False, False, True, True, False]
 
 
 @pytest.mark.parametrize("what", ["queue", "record", "enqueued"])

@@ -36,7 +36,7 @@ import pytest
 from hisparse.rows import rows_of
 from hisparse.spec.messages import WORKER_META
 from hisparse.tp.group import PipeGroup
-from hisparse.tp.run import Scheduler, TpOptions, build_executor, run_rank
+from hisparse.tp.run import Scheduler, TpOptions, build_executor, plan_limit, run_rank, workload
 
 OPTIONS = TpOptions(executor="reference", ranks=2, requests=8, steps=30, seed=3)
 
@@ -193,3 +193,17 @@ def test_options_place_ranks_and_size_the_host_view() -> None:
 def test_an_unknown_executor_is_refused_naming_both_choices() -> None:
     with pytest.raises(ValueError, match=r"choose one of cuda, reference$"):
         build_executor(TpOptions(executor="numpy"), PipeGroup(0, 1, []))
+
+
+def test_a_long_serial_workload_of_one_page_requests_drains() -> None:
+    """One request at a time, every arrival in at once: the run takes a plan per decode
+    step of every request, and the plan limit leaves room for it (tp/run.py:111:arith:17
+    gave each arrival 8 plans fewer: with one-page requests the limit fell below the
+    decode steps alone, and the run stopped as stuck)."""
+    o = TpOptions(executor="reference", ranks=1, requests=30, steps=1, concurrency=1,
+                  min_pages=1, max_pages=1, arrival_rate=5.0, abort_rate=0.0)
+    arrivals = workload(o)
+    report = run_rank(o, PipeGroup(0, 1, []))  # TpRunFailed("did not drain") otherwise
+    assert report["steps"] == sum(a.decode_steps for a in arrivals) < plan_limit(o, arrivals)
+    assert report["mismatches"] == 0 and report["coordinator"]["open_spills"] == 0
+    assert report["coordinator"]["retired"] == o.requests

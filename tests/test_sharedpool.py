@@ -133,3 +133,22 @@ def test_a_second_layout_or_one_layer_too_many_is_refused() -> None:
     ex.allocate(CONFIG.pool_layout(GPU, SLOTS))  # its one layer
     with pytest.raises(ExecutorError, match="layout or layers differ"):
         ex.allocate(CONFIG.pool_layout(GPU, SLOTS))
+
+
+def test_a_reader_names_the_writer_copies_its_host_rows_wait_on() -> None:
+    """``writer_waits``: the pending writer copies into the host blocks of a decode's host
+    rows (rows over block_tokens), none once they landed, none on the writer
+    (workerport.py:130:arith:0 multiplied the rows: blocks no copy goes to, so nothing
+    was waited on; the decode then raised deep in the executor, and this file's other
+    tests, whose failing frames view the pool their ``finally`` had unmapped, crashed
+    pytest's report with SIGSEGV)."""
+    pool, writer, reader = _ranks()
+    try:
+        _spill_block_2_to_host_3(pool, writer, reader)
+        topk = {"r": np.arange(4, dtype=np.int32)}  # page 0: host block 3, rows 12..15
+        waits = (reader.writer_waits(topk, 1), writer.writer_waits(topk, 1))
+        writer.land(None)
+        assert waits == ((5,), ()) and reader.writer_waits(topk, 1) == ()
+    finally:
+        del writer, reader
+        pool.close()
