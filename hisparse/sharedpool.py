@@ -15,6 +15,8 @@ which the simulator's row check catches.
 from __future__ import annotations
 
 import contextlib
+import mmap
+import os
 from collections.abc import Iterable, Sequence
 from multiprocessing import shared_memory
 
@@ -45,12 +47,15 @@ class SharedHostPool:
         self._unlinked = False
         if name is None:
             self.shm = shared_memory.SharedMemory(create=True, size=size)
-            self.events[:] = NOT_LANDED
         else:
             self.shm = shared_memory.SharedMemory(name=name)
             if self.shm.size < size:
+                self.shm.close()
                 raise ExecutorError(f"shared host pool {name!r} is {self.shm.size} bytes, "
                                     f"the layout needs {size}")
+        self._map = _view_mapping(self.shm, size)
+        if self.owner:
+            self.events[:] = NOT_LANDED
 
     @property
     def name(self) -> str:
@@ -64,13 +69,14 @@ class SharedHostPool:
     @property
     def events(self) -> NDArray[np.int64]:
         """Per host block, the newest transfer ID whose writer copy has landed there."""
-        return np.ndarray((self.layout.host_blocks,), np.int64, self.shm.buf,
-                          offset=self.layers * self._layer_bytes)
+        return np.frombuffer(self._map, np.int64, self.layout.host_blocks,
+                             self.layers * self._layer_bytes)
 
     def host(self, layer: int) -> NDArray[np.uint8]:
         """Layer ``layer``'s host rows, in the shared allocation."""
-        shape = (self.layout.host_rows, self.layout.row_bytes)
-        return np.ndarray(shape, np.uint8, self.shm.buf, offset=layer * self._layer_bytes)
+        return np.frombuffer(self._map, np.uint8, self._layer_bytes,
+                             layer * self._layer_bytes).reshape(self.layout.host_rows,
+                                                                self.layout.row_bytes)
 
     def close(self) -> None:
         """Free the name (the creator) and unmap; while arrays in this process still
@@ -78,8 +84,23 @@ class SharedHostPool:
         if self.owner and not self._unlinked:
             self._unlinked = True
             self.shm.unlink()
-        with contextlib.suppress(BufferError):  # views alive here: unmapped with them
-            self.shm.close()
+        self.shm.close()  # its own mapping: no array views it
+        with contextlib.suppress(BufferError):  # views alive: unmapped with the last
+            self._map.close()
+
+
+def _view_mapping(shm: shared_memory.SharedMemory, size: int) -> mmap.mmap:
+    """A second mapping of ``shm``'s allocation, the one every view is made from.
+
+    ``np.frombuffer`` holds a buffer export on it, so it cannot be closed while any view
+    lives: it is unmapped when the last one goes. (Views of ``shm.buf`` made with
+    ``np.ndarray(buffer=...)`` hold no export: closing ``shm`` unmapped memory they still
+    read, and a later read died of SIGSEGV.)"""
+    fd = os.open(f"/dev/shm/{shm.name.lstrip('/')}", os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
 
 
 class SharedHostExecutor(ReferenceExecutor):
