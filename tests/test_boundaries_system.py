@@ -306,6 +306,18 @@ def test_worker_replacement_outside(i: int, h: int) -> None:
     wrefused(w, lambda: w.apply(replacement("r", i, h)))
 
 
+def test_worker_replacement_into_an_empty_table_is_refused() -> None:
+    """A request admitted with no pages has no page a replacement can name: refused
+    like any other misfit, nothing changed (worker.py:227:none:14 read the empty table
+    as absent and failed later with an IndexError, its transfers already enqueued)."""
+    w = worker()
+    w.admit("r", [])
+    meta = HiSparseConnectorMetadata.model_construct(
+        transfers=transfer(0, 0, 0).transfers, replacements=replacement("r", 1, 0).replacements)
+    wrefused(w, lambda: w.apply(meta))
+    assert w.tables.tables["r"] == []
+
+
 def test_worker_replacement_inside() -> None:
     w = worker()
     w.admit("r", [("gpu", 0), ("gpu", 1)])

@@ -224,3 +224,15 @@ def test_a_worker_meta_naming_a_since_after_itself_is_refused() -> None:
     with pytest.raises(ValidationError, match="since names a worker meta after this one"):
         HiSparseWorkerMeta(enqueued=(), completed=(), seq=2, since=3, epoch=0)
     assert HiSparseWorkerMeta(enqueued=(), completed=(), seq=2, since=2, epoch=0).since == 2
+
+
+@pytest.mark.parametrize(("seq", "since", "epoch"),
+                         [(2, 1, None), (None, None, 0), (2, None, None), (None, 1, 0)])
+def test_a_worker_meta_with_some_numbers_missing_is_refused(
+        seq: int | None, since: int | None, epoch: int | None) -> None:
+    # seq, since and epoch all three or none: a missing epoch beside seq and since too
+    # (messages.py:215:var:43 compared seq twice and never read epoch)
+    with pytest.raises(ValidationError, match="seq, since and epoch come together"):
+        HiSparseWorkerMeta(enqueued=(), completed=(), seq=seq, since=since, epoch=epoch)
+    assert HiSparseWorkerMeta(enqueued=(), completed=(), seq=2, since=1, epoch=0).epoch == 0
+    assert HiSparseWorkerMeta(enqueued=(), completed=()).seq is None

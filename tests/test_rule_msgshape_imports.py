@@ -167,3 +167,29 @@ def test_an_optional_block_that_is_empty_but_not_none_is_refused(value: Any) -> 
     why = connector_metadata_problem(_meta((cmd,)))
     assert why is not None and why.startswith(f"import page gpu_block is {value!r} (")
     assert why.endswith("), not a non-negative int")
+
+
+@pytest.mark.parametrize("rid", ["", 5, None, b"r"])
+def test_an_import_request_id_that_is_empty_or_not_a_str_is_refused(rid: Any) -> None:
+    """Both halves hold on their own: a str that is empty, and a value that is not a str
+    (msgshape.py:158:bool:11, ``or`` → ``and``, refused only a value that was both)."""
+    cmd = ImportCommand.model_construct(**{**dict(_cmd("host")), "request_id": rid})
+    why = connector_metadata_problem(_meta((cmd,)))
+    assert why is not None and why.startswith(f"import request_id is {rid!r} (")
+    assert why.endswith("), not a non-empty str")
+
+
+@pytest.mark.parametrize(("iids", "aborts"), [((0, 0), ()), ((0,), (3, 3)), ((0, 0), (3, 3))])
+def test_an_import_id_repeated_in_the_commands_or_the_aborts_is_refused(
+        iids: tuple[int, ...], aborts: tuple[int, ...]) -> None:
+    """Either list repeating an ID is enough (msgshape.py:181:bool:5, ``or`` → ``and``,
+    passed a metadata repeating one list only); distinct IDs in both pass."""
+    cmds = tuple(ImportCommand.model_construct(**{**dict(_cmd("host")), "import_id": i})
+                 for i in iids)
+
+    def meta(cmds: tuple[Any, ...], aborts: tuple[int, ...]) -> Any:
+        return HiSparseConnectorMetadata.model_construct(**{**dict(_meta(cmds)),
+                                                            "import_aborts": aborts})
+    assert connector_metadata_problem(meta(cmds, aborts)) == \
+        "an import ID repeats in one connector metadata"
+    assert connector_metadata_problem(meta(cmds[:1], tuple(set(aborts)))) is None

@@ -204,3 +204,35 @@ def test_a_refused_bind_fails_the_import_and_returns_its_staging_slots(
     assert not done and [(f.import_id, f.reason) for f in failed] == [(0, "refused")]
     assert "the descriptors were refused" in failed[0].detail
     assert staging.in_use == 0 and runner.idle
+
+
+def test_a_device_staging_pool_mirrors_each_page_with_a_gpu_block_too() -> None:
+    """The batched path (a device staging pool of whole blocks) also mirrors each staged
+    page that has a GPU block into its resident rows, every cache, from its own slot;
+    a page without one is not mirrored (runner.py:328:call:36 dropped the mirror: an
+    imported page needed at once was missing from its resident block)."""
+    layout = PoolLayout(gpu_blocks=4, host_blocks=8, block_tokens=4, row_bytes=16,
+                        hot_rows=4, slots=1)
+    layers, block_bytes = 2, 4 * 16
+
+    class DeviceBuffer:
+        __cuda_array_interface__ = None  # only its presence is read
+
+    def view(slot: int) -> Any:  # slot s: layer l's block holds the bytes 10*s + l
+        return np.repeat(np.array([10 * slot + i for i in range(layers)], np.uint8),
+                         block_bytes)
+
+    rows: list[tuple[str, list[int], set[int]]] = []
+    pool = SimpleNamespace(buffer=DeviceBuffer(), slot_bytes=layers * block_bytes, view=view)
+    executor = SimpleNamespace(
+        write_host_blocks=lambda pools, buffer, pairs: None,
+        write_device_rows=lambda pools, mirror, data: rows.append(
+            (pools, [int(r) for r in mirror], set(np.unique(data).tolist()))))
+    runner: Any = SimpleNamespace(transport=SimpleNamespace(pool=pool), layout=layout,
+                                  executor=executor, pools=["cache0", "cache1"])
+    runner._mirror = lambda pg, staged: ImportRunner._mirror(runner, pg, staged)
+    staged = [(SimpleNamespace(host_block=5, gpu_block=None), 0),
+              (SimpleNamespace(host_block=7, gpu_block=2), 3)]
+    ImportRunner._copy_out(runner, staged)
+    resident = [layout.resident_row(2, 0) + r for r in range(4)]
+    assert rows == [("cache0", resident, {30}), ("cache1", resident, {31})]

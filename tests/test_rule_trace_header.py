@@ -181,3 +181,16 @@ def test_the_copiers_are_every_rank_or_the_writer(backing: str, writer: int,
                     gpu_blocks=3, host_blocks=4, host_pool_bytes=8, host_block_bytes=2,
                     ranks=2, backing=backing, writer=writer)  # type: ignore[arg-type]
     assert h.copiers() == copiers
+
+
+def test_a_rank_reading_a_host_block_past_the_pool_is_refused() -> None:
+    """``reading`` names host blocks per rank: a block of the pool passes, one past it is
+    named (trace.py:355:cmp:34 inverted the test: refused every read of the pool and
+    passed one outside it)."""
+    h = header()  # shared backing, two ranks, host_blocks 4
+
+    def read(blocks: list[int]) -> TraceStep:
+        return TraceStep.model_validate({"kind": "step", "index": 1, "action": "WorkerRead",
+                                         "args": {"rank": 0}, "post": {"reading": {"0": blocks}}})
+    assert step_problem(h, read([0, h.host_blocks - 1])) is None
+    assert step_problem(h, read([h.host_blocks])) == f"reading has {h.host_blocks} blocks"

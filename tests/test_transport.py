@@ -504,6 +504,10 @@ def test_block_destinations_are_checked_before_anything_is_held(side: Side) -> N
         "unregistered": [BlockDest("r", (int(unregistered.ctypes.data),))],
         "past the region": [BlockDest("r", (base + 3 * PAGE + 1,))],
         "two layers for one": [BlockDest("r", (base, base + PAGE))],
+        # one destination per page of the chunk, no more, no fewer (base.py:197:raise:15
+        # let the count through: a ValueError of zip, not a refusal)
+        "two for one page": [BlockDest("r", (base,)), BlockDest("r", (base + PAGE,))],
+        "none for one page": [],
     }
     for why, dests in bad.items():
         with pytest.raises(AnnouncementRefused) as info:
