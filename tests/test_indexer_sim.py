@@ -254,3 +254,27 @@ def test_admission_takes_only_the_gpu_blocks_the_host_hit_does_not_cover() -> No
                           max_pages=6, concurrency=4, seed=1)).run()
     assert rep.violations == 0 and rep.data_mismatches == 0
     assert tight > 0  # (not vacuous: an admission fit only thanks to its host hit)
+
+
+def test_requests_still_restoring_at_the_end_are_cut_off_and_give_their_blocks_back() -> None:
+    """A request still waiting for its restores when the run's steps run out ends at the
+    drain like a running one: ``still_running`` counts both (the two counted here as the
+    drain begins), and every indexer block comes back (indexer_sim.py:266:arith:18
+    counted a restoring one down; indexer_sim.py:264:call:28 never released it, so its
+    indexer blocks stayed taken)."""
+    sim = make_simulation(replace(OPTS, seed=2, requests=8, steps=31))
+    assert isinstance(sim, IndexerSimulation)
+    cut: dict[str, int] = {}
+    drain = sim.drain
+
+    def counted() -> None:
+        cut.update(restoring=len(sim.restoring), running=len(sim.running))
+        drain()
+
+    sim.drain = counted  # type: ignore[method-assign]
+    rep = sim.run()
+    assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
+    assert cut["restoring"] > 0  # (not vacuous: the run ended with restores pending)
+    assert rep.still_running == cut["restoring"] + cut["running"]
+    assert sim.ix_blocks == {} and sim.restoring == {}
+    assert sim.group.num_free == sim.group.blocks

@@ -337,3 +337,38 @@ def test_a_timed_decode_reports_its_resolve_time() -> None:
         _compare=lambda got, want, tk: f"{got}/{want}")
     assert RankSide.decode(side, {"r0": [1, 2]}, 3) == "got/want"  # type: ignore[arg-type]
     assert (side.report.resolve_us, side.report.decodes, streams) == ([7.0], 1, ["compute"])
+
+
+def test_a_timed_apply_reports_its_spill_time_once_per_step_with_transfers() -> None:
+    """On a GPU a rank times each step's spill commands on its spill stream: one
+    ``spill_us`` figure per metadata that carries transfers, none for one without, so
+    the figures count the timed steps (tp/run.py:283:call:31 never reported them)."""
+    streams: list[object] = []
+    bound: list[bytes] = []
+    applied: list[int] = []
+
+    measured: list[float] = []
+
+    def timer(stream: object) -> Callable[[], float]:
+        streams.append(stream)
+
+        def stop() -> float:  # each timed region's figure: a distinct value
+            measured.append(7.0 + len(measured))
+            return measured[-1]
+
+        return stop
+
+    side = SimpleNamespace(
+        _timer=timer, _spill_stream=lambda: "copy",
+        wconn=SimpleNamespace(bind_connector_metadata=bound.append),
+        oracle=SimpleNamespace(apply=lambda parsed: applied.append(len(parsed.transfers)),
+                               executor=SimpleNamespace(release=lambda: None)),
+        report=SimpleNamespace(spill_us=[], spills_taken=0))
+    metas = [_meta((0, 1)), _meta(replaced=True), None, _meta((2,))]
+    for meta in metas:
+        RankSide.apply(side, meta)  # type: ignore[arg-type]
+    timed = [m for m in metas if tp_run._has_transfers(m)]
+    assert side.report.spill_us == measured and len(measured) == len(timed) == 2
+    assert streams == ["copy"] * len(timed)
+    assert side.report.spills_taken == 3 and applied == [2, 0, 1]
+    assert bound == [m.encode() for m in metas if m is not None]

@@ -25,18 +25,32 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import threading
+from dataclasses import replace
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
+import hisparse.tp.run as tp_run
+from hisparse.executor.reference import ReferenceExecutor
 from hisparse.rows import rows_of
 from hisparse.spec.messages import WORKER_META
 from hisparse.tp.group import PipeGroup
-from hisparse.tp.run import Scheduler, TpOptions, build_executor, plan_limit, run_rank, workload
+from hisparse.tp.run import (
+    RankReport,
+    RankSide,
+    Scheduler,
+    TpOptions,
+    build_executor,
+    plan_limit,
+    run_rank,
+    workload,
+)
 
 OPTIONS = TpOptions(executor="reference", ranks=2, requests=8, steps=30, seed=3)
 
@@ -207,3 +221,93 @@ def test_a_long_serial_workload_of_one_page_requests_drains() -> None:
     assert report["steps"] == sum(a.decode_steps for a in arrivals) < plan_limit(o, arrivals)
     assert report["mismatches"] == 0 and report["coordinator"]["open_spills"] == 0
     assert report["coordinator"]["retired"] == o.requests
+
+
+# --- the run's figures and the scheduler's draws, exactly (mutation survivors) ----------
+
+
+def test_every_arrival_is_in_by_the_last_workload_step() -> None:
+    """Arrivals due after ``o.steps`` all come in at step ``o.steps`` itself, not later
+    (tp/run.py:146:cmp:31 took them a step late)."""
+    o = replace(OPTIONS, steps=4)
+    sched = Scheduler(o, o.config())
+    assert any(a.step > o.steps for a in sched.arrivals)  # (not vacuous)
+    for t in range(o.steps):
+        sched.plan(t)
+        assert sorted(sched.pages) == sorted(a.request_id for a in sched.arrivals
+                                             if a.step <= t)
+    sched.plan(o.steps)
+    assert sorted(sched.pages) == sorted(a.request_id for a in sched.arrivals)
+
+
+class _ZeroDraws(random.Random):
+    """A generator whose uniform draws are all 0.0, a value ``random()`` can return; its
+    integer draws are the seeded ones (``getrandbits`` kept)."""
+
+    def random(self) -> float:
+        return 0.0
+
+    def getrandbits(self, k: int) -> int:
+        return super().getrandbits(k)
+
+
+def test_an_abort_rate_of_zero_never_aborts_even_on_a_draw_of_zero() -> None:
+    """A running request is aborted with chance ``abort_rate``: a draw below it. At rate
+    0 no draw is, not even 0.0; requests end only by finishing (tp/run.py:157:cmp:33
+    aborted on a draw equal to the rate)."""
+    o = replace(OPTIONS, abort_rate=0.0)
+    sched = Scheduler(o, o.config())
+    sched.rng = _ZeroDraws(0)
+    c = sched.coordinator
+    ended: list[str] = []
+    finish, abort = c.finish, c.abort
+
+    def finishing(request_id: str) -> None:
+        ended.append("finish")
+        finish(request_id)
+
+    def aborting(request_id: str) -> None:
+        ended.append("abort")
+        abort(request_id)
+
+    c.finish, c.abort = finishing, aborting  # type: ignore[method-assign]
+    for t in range(o.steps):
+        sched.plan(t)
+    assert ended and set(ended) == {"finish"}
+
+
+def test_wall_ms_is_the_clock_time_of_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``memory["wall_ms"]`` is the time the clock advanced from the loop's start to its
+    end, in whole milliseconds (tp/run.py:529:arith:22 added the two readings). The
+    clock is a stand-in read exactly twice."""
+    readings = iter([100.0, 100.25])
+    monkeypatch.setattr(tp_run, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
+    o = TpOptions(executor="reference", ranks=1, requests=3, steps=6, seed=1)
+    report = run_rank(o, PipeGroup(0, 1, []))
+    assert report["memory"]["wall_ms"] == 250
+    assert next(readings, None) is None  # both readings taken, no other
+
+
+def test_a_rank_whose_oracle_reads_other_bytes_counts_mismatches() -> None:
+    """Each resolved row is compared with the bytes written for its position and with
+    the rank's own oracle: a worker that reads the right bytes still counts mismatches
+    when its oracle's rows differ (tp/run.py:321:var:45 read the worker's rows in the
+    oracle's place: the oracle was never compared)."""
+    o = OPTIONS
+    config = o.config()
+    sched = Scheduler(o, config)
+    side = RankSide(o, config, ReferenceExecutor(), RankReport(0, "private", "private"))
+    for t in range(o.steps):
+        plan = sched.plan(t)
+        side.front(plan)
+        side.apply(plan["meta"])
+        if plan["topk"]:
+            break
+    clean = side.decode(plan["topk"], plan["step"])
+    assert side.report.mismatches == 0 and side.report.rows_checked > 0
+    for oh in side.oracle.handles:  # the oracle's device rows, every byte flipped
+        pools = oh.runtime.pools
+        pools.device[...] = pools.device ^ 0xFF
+    again = side.decode(plan["topk"], plan["step"] + 1)
+    assert again == clean  # the worker read the same, right bytes
+    assert side.report.mismatches > 0

@@ -4,13 +4,22 @@ protocol trace is a behaviour of the TLA+ spec."""
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hisparse.cli import main
-from hisparse.simulate import SimulateOptions, SimulateReport, Simulation, simulate
+from hisparse.coordinator import Admission
+from hisparse.simulate import (
+    SimulateOptions,
+    SimulateReport,
+    Simulation,
+    coverage_notes,
+    simulate,
+)
+from hisparse.workload import Arrival
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -295,3 +304,110 @@ def test_a_host_block_holds_a_page_of_every_layer() -> None:
     # tokens x row bytes x layers, whatever the run's size (simulate.py:109:var:16)
     o = SimulateOptions(block_tokens=2, row_bytes=16, layers=3, requests=5)
     assert o.host_block_bytes == 2 * 16 * 3
+
+
+# --- the run's figures and sizes, exactly (mutation survivors of simulate.py) -----------
+
+
+class _ZeroDraws(random.Random):
+    """A generator whose uniform draws are all 0.0, a value ``random()`` can return; its
+    integer draws are the seeded ones (``getrandbits`` kept)."""
+
+    def random(self) -> float:
+        return 0.0
+
+    def getrandbits(self, k: int) -> int:
+        return super().getrandbits(k)
+
+
+def test_an_abort_rate_of_zero_never_aborts_even_on_a_draw_of_zero() -> None:
+    """A request is aborted with chance ``abort_rate``: a draw below it. At rate 0 no
+    draw is, not even 0.0 (simulate.py:484:cmp:49 aborted on a draw equal to the rate:
+    every running request at its first step)."""
+    sim = Simulation(SimulateOptions(requests=8, steps=200, seed=0, abort_rate=0.0))
+    sim.rng = _ZeroDraws(0)
+    rep = sim.run()
+    assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
+    assert rep.aborted == 0 and rep.finished == rep.requests == 8
+
+
+def test_admissions_refused_counts_each_refused_admission() -> None:
+    """``admissions_refused`` is the number of ``admit()`` calls the coordinator refused
+    (None: the GPU pool short), counted here by wrapping the call
+    (simulate.py:473:arith:25 counted them down)."""
+    sim = Simulation(SimulateOptions(requests=16, steps=120, seed=0))
+    refused = 0
+    admit = sim.coordinator.admit
+
+    def counted(request_id: str, max_hits: int | None = None) -> Admission | None:
+        nonlocal refused
+        adm = admit(request_id, max_hits)
+        refused += adm is None
+        return adm
+
+    sim.coordinator.admit = counted  # type: ignore[method-assign]
+    rep = sim.run()
+    assert rep.violations == 0, rep.notes
+    assert rep.admissions_refused == refused > 0
+
+
+def test_aborted_counts_aborted_imports_too() -> None:
+    """``aborted`` counts every request the run aborted while it ran or imported: each
+    ``abort()`` of a running or importing request, counted here by wrapping the call
+    (simulate.py:559:arith:44 counted an import aborted mid-import down)."""
+    sim = Simulation(SimulateOptions(requests=12, steps=200, seed=3, pd_share=1.0,
+                                     abort_rate=0.1, gpu_blocks=40))
+    calls = {"running": 0, "importing": 0}
+    abort = sim.coordinator.abort
+
+    def counted(request_id: str) -> None:
+        for where in calls:
+            calls[where] += request_id in getattr(sim, where)
+        abort(request_id)
+
+    sim.coordinator.abort = counted  # type: ignore[method-assign]
+    rep = sim.run()
+    assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
+    assert calls["importing"] > 0  # (not vacuous: imports were aborted)
+    assert rep.aborted == calls["running"] + calls["importing"]
+
+
+def test_worker_losses_fall_on_steps_up_to_the_last_arrival() -> None:
+    """The loss steps are drawn from steps 1 to the last arrival's step (and before the
+    run's last step): with more losses asked than such steps, every one of them
+    (simulate.py:340:arith:40 stopped two steps short of the last arrival)."""
+    arrivals = [Arrival(s, f"r{s}", (f"k{s}",), 3) for s in (0, 2, 6)]
+    losses = Simulation(SimulateOptions(steps=100, worker_restarts=10), arrivals)._losses
+    assert losses == {1, 2, 3, 4, 5, 6}
+    losses = Simulation(SimulateOptions(steps=4, worker_restarts=10), arrivals)._losses
+    assert losses == {1, 2, 3}
+    losses = Simulation(SimulateOptions(steps=4, worker_restarts=2), arrivals)._losses
+    assert len(losses) == 2 and losses <= {1, 2, 3}
+
+
+def test_sizes_name_the_workload_and_its_trace() -> None:
+    # a synthetic run is named alone; a trace's path follows its workload's name
+    # (simulate.py:348:cmp:66 named the path only when there was none)
+    arrivals = [Arrival(0, "r0", ("k0",), 3)]
+    assert Simulation(SimulateOptions(), arrivals).sizes()["workload"] == "synthetic"
+    trace = Path("traces/conversation_trace.jsonl")
+    sim = Simulation(SimulateOptions(workload="mooncake", workload_path=trace), arrivals)
+    assert sim.sizes()["workload"] == f"mooncake {trace}"
+
+
+def test_layer_one_follows_layer_zero_and_every_other_layer_leads() -> None:
+    # (simulate.py:197:int:14 made layer 2 follow layer 0 and layer 1 lead)
+    arrivals = [Arrival(0, "r0", ("k0",), 3)]
+    for layers, want in ((2, (0, 0)), (3, (0, 0, 2)), (5, (0, 0, 2, 3, 4))):
+        sim = Simulation(SimulateOptions(layers=layers), arrivals)
+        assert sim.config.index_leaders == want
+        assert sim.sizes()["index_leaders"] == list(want)
+
+
+def test_the_host_miss_note_is_written_only_when_nothing_was_read_from_the_host() -> None:
+    # a run that spilled: the note says so only with 0 host misses (simulate.py:818:cmp:28)
+    note = "no decode step read a row from the host tier (0 host misses)"
+    assert coverage_notes(SimulateReport(spills=5, misses=0)) == [note]
+    assert coverage_notes(SimulateReport(spills=5, misses=3)) == []
+    assert [n for n in coverage_notes(SimulateReport(spills=0, misses=0))
+            if "offload never exercised" in n]

@@ -255,6 +255,10 @@ EQUIVALENT: dict[str, str] = {
     "spec/machine.py:525:cmp:23": "_refuse_repeats returns at once for one ID",
     "spec/machine.py:485:none:28": "a Spill (NamedTuple of six) is always truthy",
     "spec/machine.py:475:var:32": "first empty: full empty too, and the loop does nothing",
+    "hisparse/simulate.py:348:none:33": "workload_path is None or a Path (always truthy)",
+    "hisparse/simulate.py:661:cmp:61": "with one rank both branches call on_worker_lost(rank 0)",
+    "hisparse/simulate.py:386:reorder:11":
+        "disjoint states: they differ only after a fatal refusal",
 }
 
 
