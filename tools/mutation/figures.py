@@ -201,8 +201,6 @@ EQUIVALENT: dict[str, str] = {
     "spec/machine.py:429:cmp:76": "a running request's page always has a location",
     "spec/machine.py:325:none:62": "only an injected bug's Arrive runs it; a page is truthy",
     "spec/machine.py:1328:reorder:33": "the refusal it moves before exists only in a bug",
-    "spec/machine.py:1402:var:115": "only an injected bug executes a replay",
-    "spec/machine.py:1405:var:118": "only an injected bug executes a replay",
     "spec/machine.py:1405:var:141": "only an injected bug executes a replay",
     "spec/machine.py:1408:reorder:45": "only an injected bug executes a replay",
     "hisparse/coordinator.py:752:var:16": "w is rank (w = rank just above)",
