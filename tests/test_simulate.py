@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+import hisparse.simulate as simulate_module
 from hisparse.cli import main
-from hisparse.coordinator import Admission
+from hisparse.coordinator import Admission, HiSparseCoordinator
 from hisparse.simulate import (
     SimulateOptions,
     SimulateReport,
@@ -331,42 +332,47 @@ def test_an_abort_rate_of_zero_never_aborts_even_on_a_draw_of_zero() -> None:
     assert rep.aborted == 0 and rep.finished == rep.requests == 8
 
 
-def test_admissions_refused_counts_each_refused_admission() -> None:
+def test_admissions_refused_counts_each_refused_admission(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """``admissions_refused`` is the number of ``admit()`` calls the coordinator refused
-    (None: the GPU pool short), counted here by wrapping the call
-    (simulate.py:473:arith:25 counted them down)."""
+    (None: the GPU pool short), counted here by a coordinator subclass that wraps the call
+    (simulate.py:473:arith:25 counted them down). (A subclass, not a patched instance:
+    the compiled build's coordinator is a native class.)"""
+    refused = [0]
+
+    class Counting(HiSparseCoordinator):
+        def admit(self, request_id: str, max_hits: int | None = None) -> Admission | None:
+            adm = super().admit(request_id, max_hits)
+            refused[0] += adm is None
+            return adm
+
+    monkeypatch.setattr(simulate_module, "HiSparseCoordinator", Counting)
     sim = Simulation(SimulateOptions(requests=16, steps=120, seed=0))
-    refused = 0
-    admit = sim.coordinator.admit
-
-    def counted(request_id: str, max_hits: int | None = None) -> Admission | None:
-        nonlocal refused
-        adm = admit(request_id, max_hits)
-        refused += adm is None
-        return adm
-
-    sim.coordinator.admit = counted  # type: ignore[method-assign]
+    assert isinstance(sim.coordinator, Counting)
     rep = sim.run()
     assert rep.violations == 0, rep.notes
-    assert rep.admissions_refused == refused > 0
+    assert rep.admissions_refused == refused[0] > 0
 
 
-def test_aborted_counts_aborted_imports_too() -> None:
+def test_aborted_counts_aborted_imports_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """``aborted`` counts every request the run aborted while it ran or imported: each
-    ``abort()`` of a running or importing request, counted here by wrapping the call
-    (simulate.py:559:arith:44 counted an import aborted mid-import down)."""
-    sim = Simulation(SimulateOptions(requests=12, steps=200, seed=3, pd_share=1.0,
-                                     abort_rate=0.1, gpu_blocks=40))
+    ``abort()`` of a running or importing request, counted here by a coordinator subclass
+    that wraps the call (simulate.py:559:arith:44 counted an import aborted mid-import
+    down)."""
     calls = {"running": 0, "importing": 0}
-    abort = sim.coordinator.abort
+    sims: list[Simulation] = []
 
-    def counted(request_id: str) -> None:
-        for where in calls:
-            calls[where] += request_id in getattr(sim, where)
-        abort(request_id)
+    class Counting(HiSparseCoordinator):
+        def abort(self, request_id: str) -> None:
+            for where in calls:
+                calls[where] += request_id in getattr(sims[0], where)
+            super().abort(request_id)
 
-    sim.coordinator.abort = counted  # type: ignore[method-assign]
-    rep = sim.run()
+    monkeypatch.setattr(simulate_module, "HiSparseCoordinator", Counting)
+    sims.append(Simulation(SimulateOptions(requests=12, steps=200, seed=3, pd_share=1.0,
+                                           abort_rate=0.1, gpu_blocks=40)))
+    assert isinstance(sims[0].coordinator, Counting)
+    rep = sims[0].run()
     assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
     assert calls["importing"] > 0  # (not vacuous: imports were aborted)
     assert rep.aborted == calls["running"] + calls["importing"]
