@@ -53,7 +53,12 @@ class SharedHostPool:
                 self.shm.close()
                 raise ExecutorError(f"shared host pool {name!r} is {self.shm.size} bytes, "
                                     f"the layout needs {size}")
-        self._map = _view_mapping(self.shm, size)
+        try:
+            self._map = _view_mapping(self.shm, size)
+        except OSError as e:  # nothing left behind: the name freed, the mapping closed
+            self._close_shm()
+            raise ExecutorError(f"shared host pool {self.shm.name!r} cannot be mapped: "
+                                f"{e}") from e
         if self.owner:
             self.events[:] = NOT_LANDED
 
@@ -81,12 +86,17 @@ class SharedHostPool:
     def close(self) -> None:
         """Free the name (the creator) and unmap; while arrays in this process still
         view the allocation it stays mapped until they are gone. Idempotent."""
+        self._close_shm()
+        with contextlib.suppress(BufferError):  # views alive: unmapped with the last
+            self._map.close()
+
+    def _close_shm(self) -> None:
+        """Free the name (the creator) and close ``shm``'s own mapping (no array views
+        it). Idempotent."""
         if self.owner and not self._unlinked:
             self._unlinked = True
             self.shm.unlink()
-        self.shm.close()  # its own mapping: no array views it
-        with contextlib.suppress(BufferError):  # views alive: unmapped with the last
-            self._map.close()
+        self.shm.close()
 
 
 def _view_mapping(shm: shared_memory.SharedMemory, size: int) -> mmap.mmap:

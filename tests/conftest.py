@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,20 @@ def tlc() -> TlcInstall:
         return ensure_tlc()
     except TlcError as exc:
         pytest.fail(f"TLC is required for these tests and is not usable: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def saved_figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every matplotlib ``Figure`` saved during the test, in order (still saved): a test
+    reads a plot where it is saved, not from its pixels."""
+    from matplotlib.figure import Figure
+
+    saved: list[Any] = []
+    real = Figure.savefig
+
+    def save(self: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(self)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", save)
+    return saved

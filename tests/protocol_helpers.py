@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hisparse.spec.catalogue import CATALOGUE, arguments
@@ -325,3 +325,24 @@ def attributes(obj: object) -> dict[str, Any]:
     state = obj.__getstate__()
     assert isinstance(state, dict), f"{type(obj).__name__} has no attribute state"
     return state
+
+
+# three imports of two, one and four pages for the walks below (i2 has more pages than a
+# three-block GPU pool: always the host target, staged in chunks)
+WALK_IMPORTS = {"i0": ("k0", "k5"), "i1": ("k6",), "i2": ("k7", "k8", "k9", "k10")}
+
+
+def import_walk(seed: int, steps: int, **config: Any) -> Iterator[ProtocolMachine]:
+    """A recording machine with ``WALK_IMPORTS`` (``config`` to ``make_machine``) at each
+    state of a seeded walk that takes an import's own action (``ImportError`` aside) four
+    times in five where one is legal: the walks reach staging and the last chunks."""
+    rng = random.Random(seed)
+    m = make_machine(imports=WALK_IMPORTS, record=True, **config)
+    for _ in range(steps):
+        yield m
+        moves = legal_moves(m)
+        if not moves:
+            return
+        ours = [mv for mv in moves if mv[0] in IMPORT_GUARDS and mv[0] != "ImportError"]
+        action, args = rng.choice(ours if ours and rng.random() < 0.8 else moves)
+        getattr(m, action)(*args)

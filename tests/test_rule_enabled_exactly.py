@@ -14,7 +14,6 @@ move accepted, is the ``legal`` rule every step.)
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from typing import Any
 
@@ -25,13 +24,19 @@ from hypothesis.stateful import invariant, rule
 from hisparse.spec.catalogue import CATALOGUE, Domain, arguments
 from hisparse.spec.errors import ActionNotEnabled, UnknownRank, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
-from tests.protocol_helpers import GUARDS, IMPORT_GUARDS, legal_moves, make_machine
+from tests.protocol_helpers import (
+    GUARDS,
+    IMPORT_GUARDS,
+    WALK_IMPORTS,
+    import_walk,
+    make_machine,
+)
 from tests.test_protocol_stateful import GPU, HOST, ProtocolStateful
 
 REFUSED = (ActionNotEnabled, UnknownTransfer, UnknownRank)
 IMPORT_ACTIONS = set(IMPORT_GUARDS)
 # i2 has more pages than the GPU pool: always the host target
-IMPORTS = {"i0": ("k0", "k5"), "i1": ("k6",), "i2": ("k7", "k8", "k9", "k10")}
+IMPORTS = WALK_IMPORTS
 
 
 def refusal(m: ProtocolMachine, action: str, args: tuple[Any, ...]) -> BaseException | None:
@@ -152,16 +157,8 @@ def test_seeded_import_walks_meet_each_import_action_enabled_and_not() -> None:
     # it may not: ReleaseStaging needs a host-target import staged to its last chunk)
     seen: Counter[tuple[str, bool]] = Counter()
     for seed in range(8):
-        rng = random.Random(seed)
-        m = make_machine(gpu_blocks=GPU, host_pool_bytes=2 * HOST + 1, chunks=2,
-                         staging_slots=1, imports=IMPORTS, record=True)
-        for _ in range(60):
+        for m in import_walk(seed, 60, gpu_blocks=GPU, host_pool_bytes=2 * HOST + 1,
+                             chunks=2, staging_slots=1):
             check_enabled_exactly(m, seen)
-            moves = legal_moves(m)
-            if not moves:
-                break
-            ours = [mv for mv in moves if mv[0] in IMPORT_ACTIONS and mv[0] != "ImportError"]
-            action, args = rng.choice(ours if ours and rng.random() < 0.8 else moves)
-            getattr(m, action)(*args)
     assert len(IMPORT_ACTIONS) == 12
     assert sorted(a for a in IMPORT_ACTIONS if not seen[a, True] or not seen[a, False]) == []

@@ -76,19 +76,10 @@ def test_a_byte_figure_is_in_the_largest_unit_under_1024(n: int, text: str) -> N
     assert _bytes(n) == text
 
 
-def test_the_plot_draws_every_series_scaled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_plot_draws_every_series_scaled(tmp_path: Path, saved_figures: list[Any]) -> None:
     """Each panel holds exactly its series, each as the run recorded it (scaled to a
     fraction or to KiB); the test reads the figure as it is saved."""
-    from matplotlib.figure import Figure
-
-    saved: list[Figure] = []
-    real = Figure.savefig
-
-    def save(self: Figure, *args: Any, **kwargs: Any) -> None:
-        saved.append(self)
-        real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", save)
+    saved = saved_figures
     import matplotlib.pyplot as plt
 
     open_before = plt.get_fignums()

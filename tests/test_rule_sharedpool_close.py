@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -53,3 +54,26 @@ def test_a_view_that_outlives_close_still_reads(code: str, want: list[str] | Non
         layout = cfg.pool_layout(4, 2)
         want = [str(7 * layout.host_rows * layout.row_bytes), str(-layout.host_blocks)]
     assert proc.stdout.split() == want
+
+
+def test_a_pool_that_cannot_be_mapped_is_refused_leaving_no_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a refusal changes nothing: the allocation it created is unlinked again
+    from pathlib import Path
+
+    from hisparse import sharedpool
+    from hisparse.config import HiSparseConfig
+    from hisparse.executor.errors import ExecutorError
+
+    def unmappable(shm: Any, size: int) -> None:
+        names.append(shm.name)
+        assert Path(f"/dev/shm/{shm.name.lstrip('/')}").exists()  # created: then refused
+        raise OSError("no /dev/shm here")
+
+    names: list[str] = []
+    monkeypatch.setattr(sharedpool, "_view_mapping", unmappable)
+    cfg = HiSparseConfig(host_pool_blocks=4, block_tokens=4, row_bytes=16, top_k=4, layers=1)
+    with pytest.raises(ExecutorError, match="cannot be mapped: no /dev/shm here"):
+        sharedpool.SharedHostPool(cfg.pool_layout(4, 2), cfg.layers)
+    [name] = names
+    assert not Path(f"/dev/shm/{name.lstrip('/')}").exists()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import threading
 from dataclasses import replace
 from multiprocessing import Pipe
@@ -52,6 +51,7 @@ from hisparse.tp.run import (
     run_rank,
     workload,
 )
+from tests.test_simulate import ZeroDraws
 
 OPTIONS = TpOptions(executor="reference", ranks=2, requests=8, steps=30, seed=3)
 
@@ -241,17 +241,6 @@ def test_every_arrival_is_in_by_the_last_workload_step() -> None:
     assert sorted(sched.pages) == sorted(a.request_id for a in sched.arrivals)
 
 
-class _ZeroDraws(random.Random):
-    """A generator whose uniform draws are all 0.0, a value ``random()`` can return; its
-    integer draws are the seeded ones (``getrandbits`` kept)."""
-
-    def random(self) -> float:
-        return 0.0
-
-    def getrandbits(self, k: int) -> int:
-        return super().getrandbits(k)
-
-
 def test_an_abort_rate_of_zero_never_aborts_even_on_a_draw_of_zero(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A running request is aborted with chance ``abort_rate``: a draw below it. At rate
@@ -273,7 +262,7 @@ def test_an_abort_rate_of_zero_never_aborts_even_on_a_draw_of_zero(
     o = replace(OPTIONS, abort_rate=0.0)
     sched = Scheduler(o, o.config())
     assert isinstance(sched.coordinator, Recording)
-    sched.rng = _ZeroDraws(0)
+    sched.rng = ZeroDraws(0)
     for t in range(o.steps):
         sched.plan(t)
     assert ended and set(ended) == {"finish"}

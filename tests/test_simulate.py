@@ -310,9 +310,10 @@ def test_a_host_block_holds_a_page_of_every_layer() -> None:
 # --- the run's figures and sizes, exactly (mutation survivors of simulate.py) -----------
 
 
-class _ZeroDraws(random.Random):
+class ZeroDraws(random.Random):
     """A generator whose uniform draws are all 0.0, a value ``random()`` can return; its
-    integer draws are the seeded ones (``getrandbits`` kept)."""
+    integer draws are the seeded ones (``getrandbits`` defined here, so ``Random`` draws
+    integers from it, not from ``random()``). Also used by ``test_rule_tp_run.py``."""
 
     def random(self) -> float:
         return 0.0
@@ -326,7 +327,7 @@ def test_an_abort_rate_of_zero_never_aborts_even_on_a_draw_of_zero() -> None:
     draw is, not even 0.0 (simulate.py:484:cmp:49 aborted on a draw equal to the rate:
     every running request at its first step)."""
     sim = Simulation(SimulateOptions(requests=8, steps=200, seed=0, abort_rate=0.0))
-    sim.rng = _ZeroDraws(0)
+    sim.rng = ZeroDraws(0)
     rep = sim.run()
     assert rep.violations == 0 and rep.data_mismatches == 0, rep.notes
     assert rep.aborted == 0 and rep.finished == rep.requests == 8

@@ -380,25 +380,17 @@ def test_the_reference_bytes_check_counts_every_pool(monkeypatch: pytest.MonkeyP
 
 
 def test_the_sizing_plot_draws_with_agg_and_labels_its_shared_step_axis(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        saved_figures: list[Any], tmp_path: Path) -> None:
     # the figure is read where it is saved, not from its pixels: the lower axes name the
     # decode step both share (sizing/table.py:97:call:8 left it unnamed); and it draws
     # off-screen with Agg whatever backend was chosen before (sizing/table.py:84:call:0
     # kept the one chosen, here PDF's)
     import matplotlib
     import numpy as np
-    from matplotlib.figure import Figure
 
     from hisparse.sizing.table import plot
 
-    saved: list[Figure] = []
-    save = Figure.savefig
-
-    def savefig(fig: Figure, *a: Any, **k: Any) -> None:
-        saved.append(fig)
-        save(fig, *a, **k)
-
-    monkeypatch.setattr(Figure, "savefig", savefig)
+    saved = saved_figures
     before = matplotlib.get_backend()
     matplotlib.use("pdf")
     try:
