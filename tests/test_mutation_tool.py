@@ -548,3 +548,20 @@ def test_a_run_stopped_while_writing_its_json_keeps_what_it_held(
     assert out.read_text() == '{"outcomes": [1]}\n'
     write_atomically(out, '{"outcomes": [1, 2]}\n')
     assert out.read_text() == '{"outcomes": [1, 2]}\n'
+
+
+def test_a_resumed_run_keeps_verdicts_only_on_files_unchanged_since() -> None:
+    # a whole run spans several sessions; a file edited in between renames its mutants
+    from tools.mutate import file_digest, kept
+
+    now = file_digest("hisparse/config.py")
+    assert now == file_digest("hisparse/config.py") != file_digest("hisparse/metrics.py")
+    runs = [
+        {"id": "a", "file": "hisparse/config.py", "status": "killed", "digest": now},
+        {"id": "b", "file": "hisparse/config.py", "status": "survived", "digest": now},
+        {"id": "c", "file": "hisparse/config.py", "status": "killed", "digest": "old"},
+        {"id": "d", "file": "hisparse/config.py", "status": "error", "digest": now},
+        {"id": "e", "file": "hisparse/config.py", "status": "killed"},  # an older JSON
+        {"id": "f", "file": "hisparse/gone.py", "status": "killed", "digest": now},
+    ]
+    assert [o["id"] for o in kept(runs, {"hisparse/config.py": now})] == ["a", "b"]

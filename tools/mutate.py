@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import sys
@@ -99,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
                          "tree by its file, operator and line; recorded with 'of' its old id)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the outcomes already in --json and run only the mutants "
-                         "it does not decide yet (the same tree and arguments)")
+                         "it does not decide yet: a later tree too (tests added since), "
+                         "an outcome being kept only while its file is unchanged")
     ap.add_argument("--check-killers", type=Path,
                     help="run each test that killed a mutant of this run's JSON alone on the "
                          "unmutated tree (each must pass: else its kills are not kills) and exit")
@@ -216,18 +218,21 @@ def main(argv: list[str] | None = None) -> int:
         "selected_by_file": _counts(mutants, "file"),
         "outcomes": [],
     }
+    digests = {f: file_digest(f) for f in {m.file for m in every}}
     if args.resume and args.json and args.json.exists():
         old = json.loads(args.json.read_text())
-        doc["outcomes"] = [o for o in old["outcomes"] if o["status"] != ERROR]
+        doc["outcomes"] = kept(old["outcomes"], digests)
         doc["resumed"] = [*old.get("resumed", []), old["started"]]
         decided = {o["id"] for o in doc["outcomes"]}
         mutants = [m for m in mutants if m.id not in decided]
-        print(f"resuming: {len(decided)} decided, {len(mutants)} to run", flush=True)
+        print(f"resuming: {len(decided)} decided ({len(old['outcomes']) - len(decided)} "
+              f"dropped: errors or files edited since), {len(mutants)} to run", flush=True)
     t0 = time.monotonic()
 
     def done(o: Outcome) -> None:
         doc["outcomes"].append({**asdict(o.mutant), "status": o.status, "phase": o.phase,
                                 "seconds": o.seconds, "tests": o.tests, "killer": o.killer,
+                                "digest": digests[o.mutant.file], "tree": doc["cover_map"],
                                 **({"of": again[o.mutant.id]} if o.mutant.id in again else {})})
         doc["seconds"] = round(time.monotonic() - t0, 1)
         n = len(doc["outcomes"])
@@ -243,6 +248,19 @@ def main(argv: list[str] | None = None) -> int:
     for o in survivors:
         print(f"SURVIVED {o.mutant.id}  {o.mutant.before}")
     return 0
+
+
+def file_digest(file: str) -> str:
+    """What a mutant's id means: the same id names the same edit while this is unchanged."""
+    return hashlib.sha256((ROOT / file).read_bytes()).hexdigest()[:16]
+
+
+def kept(outcomes: list[dict[str, Any]], digests: dict[str, str]) -> list[dict[str, Any]]:
+    """The outcomes a resumed run keeps: verdicts on files as they are now (a file edited
+    since renames its mutants). A kill stands while its killer does (``--check-killers``);
+    a test added since can only kill more."""
+    return [o for o in outcomes
+            if o["status"] != ERROR and o.get("digest") == digests.get(o["file"])]
 
 
 def write_atomically(path: Path, text: str) -> None:
