@@ -565,3 +565,25 @@ def test_a_resumed_run_keeps_verdicts_only_on_files_unchanged_since() -> None:
         {"id": "f", "file": "hisparse/gone.py", "status": "killed", "digest": now},
     ]
     assert [o["id"] for o in kept(runs, {"hisparse/config.py": now})] == ["a", "b"]
+
+
+def test_no_mutant_starts_after_the_stop_time_and_those_started_are_recorded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a capped call on a lent machine ends by --stop-after, not by a signal that would
+    # interrupt pytest (exit 2) and record the mutant killed
+    from tools.mutation import runner
+
+    started: list[str] = []
+    clock = iter([0.0, 0.0, 5.0])  # the third mutant asks after the stop time
+
+    def fake_run(m: Mutant, *a: object) -> runner.Outcome:
+        started.append(m.id)
+        return runner.Outcome(m, runner.KILLED, "cover", 1.0, 1, "t")
+
+    monkeypatch.setattr(runner, "run_mutant", fake_run)
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    ms = mutants_of(ROOT, "hisparse/config.py")[:3]
+    seen: list[str] = []
+    out = runner.run_all(ms, 1, Limits.from_baseline({"full": 1.0}, 1.0, 1.0), True,
+                         lambda o: seen.append(o.mutant.id), stop_at=1.0)
+    assert started == seen == [o.mutant.id for o in out] == [m.id for m in ms[:2]]

@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="keep the outcomes already in --json and run only the mutants "
                          "it does not decide yet: a later tree too (tests added since), "
                          "an outcome being kept only while its file is unchanged")
+    ap.add_argument("--stop-after", type=float,
+                    help="start no mutant after this many seconds (those running finish; "
+                         "--resume goes on from there)")
     ap.add_argument("--check-killers", type=Path,
                     help="run each test that killed a mutant of this run's JSON alone on the "
                          "unmutated tree (each must pass: else its kills are not kills) and exit")
@@ -228,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resuming: {len(decided)} decided ({len(old['outcomes']) - len(decided)} "
               f"dropped: errors or files edited since), {len(mutants)} to run", flush=True)
     t0 = time.monotonic()
+    stop_at = t0 + args.stop_after if args.stop_after is not None else None
 
     def done(o: Outcome) -> None:
         doc["outcomes"].append({**asdict(o.mutant), "status": o.status, "phase": o.phase,
@@ -241,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             write_atomically(args.json, json.dumps(doc, indent=1) + "\n")
 
-    outcomes = run_all(mutants, args.jobs, limits, full, done, None if guard else cover, guard)
+    outcomes = run_all(mutants, args.jobs, limits, full, done, None if guard else cover, guard,
+                       stop_at)
     survivors = [o for o in outcomes if o.status == SURVIVED]
     print(f"{len(outcomes) - len(survivors)}/{len(outcomes)} not surviving, "
           f"{len(survivors)} survived in {time.monotonic() - t0:.0f}s")

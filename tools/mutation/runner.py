@@ -248,17 +248,24 @@ def _by_cover(s: Scratch, m: Mutant, g: Guard, cover: CoverMap, tests: list[str]
 
 def run_all(mutants: list[Mutant], jobs: int, limits: Limits, full: bool,
             done: Callable[[Outcome], None], cover: CoverMap | None = None,
-            guard: Guard | None = None) -> list[Outcome]:
-    """Every mutant, ``jobs`` at a time (each a pytest process tree of its own)."""
+            guard: Guard | None = None, stop_at: float | None = None) -> list[Outcome]:
+    """Every mutant, ``jobs`` at a time (each a pytest process tree of its own); none
+    starts after the monotonic time ``stop_at`` (those running finish: a run cut by a
+    signal would count its interrupted pytest as a kill)."""
     files = tree_files()
     outcomes: list[Outcome] = []
+
+    def one(m: Mutant) -> Outcome | None:
+        if stop_at is not None and time.monotonic() >= stop_at:
+            return None
+        return run_mutant(m, files, limits, full, guard, cover)
+
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(run_mutant, m, files, limits, full, guard, cover)
-                   for m in mutants]
-        for f in as_completed(futures):
+        for f in as_completed([pool.submit(one, m) for m in mutants]):
             o = f.result()
-            outcomes.append(o)
-            done(o)
+            if o is not None:
+                outcomes.append(o)
+                done(o)
     return outcomes
 
 
