@@ -6,10 +6,12 @@ The full mutation run stays outside CI; these take seconds.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,40 @@ def test_reorder_moves_a_call_before_a_check_call() -> None:
         m.pool.extend(blocks)
         m.check_free(blocks)
     """)]
+
+
+def test_reorder_leaves_a_field_store_a_raising_init_never_shows() -> None:
+    # the object a raising __init__ built is never handed out: these moves are unseen
+    unseen = """\
+    class Pool:
+        def __init__(self, n: int, name: str) -> None:
+            if n < 1:
+                raise ValueError(n)
+            self.n, self.name = n, name
+            check_name(name)
+            self.label = "pool"
+    """
+    assert edits(unseen, "reorder") == []
+    head = "class P:\n    def __init__(self, n):\n"
+    seen = {  # each of these can be told apart, so each is a mutant
+        "a __del__ sees the half-built object":
+            "        if n < 1:\n            raise ValueError(n)\n        self.n = n\n"
+            "    def __del__(self):\n        pass\n",
+        "the check can leave by return":
+            "        if n < 1:\n            return\n        self.n = n\n",
+        "the check reads the object":
+            "        if n < 1:\n            raise ValueError(self)\n        self.n = n\n",
+        "the check rebinds what is stored":
+            "        if n < 1:\n            n = abs(n)\n            if n > 5:\n"
+            "                raise ValueError(n)\n        self.n = n\n",
+        "the stored value is computed":
+            "        if n < 1:\n            raise ValueError(n)\n        self.n = n + 1\n",
+        "a try inside __init__ catches the raise":
+            "        try:\n            if n < 1:\n                raise ValueError(n)\n"
+            "            self.n = n\n        except ValueError:\n            pass\n",
+    }
+    for why, body in seen.items():
+        assert len(edits(head + body, "reorder")) == 1, why
 
 
 def test_loop_swaps_break_and_continue() -> None:
@@ -550,21 +586,24 @@ def test_a_run_stopped_while_writing_its_json_keeps_what_it_held(
     assert out.read_text() == '{"outcomes": [1, 2]}\n'
 
 
-def test_a_resumed_run_keeps_verdicts_only_on_files_unchanged_since() -> None:
-    # a whole run spans several sessions; a file edited in between renames its mutants
-    from tools.mutate import file_digest, kept
+def test_a_resumed_run_keeps_a_verdict_on_an_edit_still_made_under_its_id_now() -> None:
+    # a whole run spans sessions; an edited file or operator renumbers mutants
+    from tools.mutate import kept
 
-    now = file_digest("hisparse/config.py")
-    assert now == file_digest("hisparse/config.py") != file_digest("hisparse/metrics.py")
+    ms = mutants_of(ROOT, "hisparse/config.py")
+    assert len({m.edit for m in ms}) == len(ms)  # one hash per distinct mutated file
+    src = (ROOT / "hisparse/config.py").read_text()
+    assert all(m.edit == hashlib.sha256(mutated_source(m, src).encode()).hexdigest()[:16]
+               for m in ms[:20])
+    a, b = ms[0], ms[1]
     runs = [
-        {"id": "a", "file": "hisparse/config.py", "status": "killed", "digest": now},
-        {"id": "b", "file": "hisparse/config.py", "status": "survived", "digest": now},
-        {"id": "c", "file": "hisparse/config.py", "status": "killed", "digest": "old"},
-        {"id": "d", "file": "hisparse/config.py", "status": "error", "digest": now},
-        {"id": "e", "file": "hisparse/config.py", "status": "killed"},  # an older JSON
-        {"id": "f", "file": "hisparse/gone.py", "status": "killed", "digest": now},
+        {"id": a.id, "line": 1, "edit": a.edit, "status": "killed"},
+        {"id": "renumbered", "line": 7, "edit": b.edit, "status": "survived"},
+        {"id": a.id, "edit": "0" * 16, "status": "killed"},  # an edit no longer made
+        {"id": b.id, "edit": b.edit, "status": "error"},  # not a verdict
+        {"id": a.id, "status": "killed"},  # a JSON from before edits were recorded
     ]
-    assert [o["id"] for o in kept(runs, {"hisparse/config.py": now})] == ["a", "b"]
+    assert kept(runs, ms) == [{**runs[0], **asdict(a)}, {**runs[1], **asdict(b)}]
 
 
 def test_no_mutant_starts_after_the_stop_time_and_those_started_are_recorded(

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import hashlib
 import json
 import os
 import sys
@@ -221,22 +220,21 @@ def main(argv: list[str] | None = None) -> int:
         "selected_by_file": _counts(mutants, "file"),
         "outcomes": [],
     }
-    digests = {f: file_digest(f) for f in {m.file for m in every}}
     if args.resume and args.json and args.json.exists():
         old = json.loads(args.json.read_text())
-        doc["outcomes"] = kept(old["outcomes"], digests)
+        doc["outcomes"] = kept(old["outcomes"], every)
         doc["resumed"] = [*old.get("resumed", []), old["started"]]
         decided = {o["id"] for o in doc["outcomes"]}
         mutants = [m for m in mutants if m.id not in decided]
         print(f"resuming: {len(decided)} decided ({len(old['outcomes']) - len(decided)} "
-              f"dropped: errors or files edited since), {len(mutants)} to run", flush=True)
+              f"dropped: errors or edits changed since), {len(mutants)} to run", flush=True)
     t0 = time.monotonic()
     stop_at = t0 + args.stop_after if args.stop_after is not None else None
 
     def done(o: Outcome) -> None:
         doc["outcomes"].append({**asdict(o.mutant), "status": o.status, "phase": o.phase,
                                 "seconds": o.seconds, "tests": o.tests, "killer": o.killer,
-                                "digest": digests[o.mutant.file], "tree": doc["cover_map"],
+                                "tree": doc["cover_map"],
                                 **({"of": again[o.mutant.id]} if o.mutant.id in again else {})})
         doc["seconds"] = round(time.monotonic() - t0, 1)
         n = len(doc["outcomes"])
@@ -255,17 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def file_digest(file: str) -> str:
-    """What a mutant's id means: the same id names the same edit while this is unchanged."""
-    return hashlib.sha256((ROOT / file).read_bytes()).hexdigest()[:16]
-
-
-def kept(outcomes: list[dict[str, Any]], digests: dict[str, str]) -> list[dict[str, Any]]:
-    """The outcomes a resumed run keeps: verdicts on files as they are now (a file edited
-    since renames its mutants). A kill stands while its killer does (``--check-killers``);
-    a test added since can only kill more."""
-    return [o for o in outcomes
-            if o["status"] != ERROR and o.get("digest") == digests.get(o["file"])]
+def kept(outcomes: list[dict[str, Any]], every: list[Mutant]) -> list[dict[str, Any]]:
+    """The outcomes a resumed run keeps: verdicts on edits made today, each under the id
+    its edit has now (an edit elsewhere in the file, or an operator that makes fewer
+    sites, renumbers ids; the hash of the mutated file does not change). A kill stands
+    while its killer does (``--check-killers``); a test added since can only kill more."""
+    now = {m.edit: m for m in every}
+    return [{**o, **asdict(now[o["edit"]])} for o in outcomes
+            if o["status"] != ERROR and o.get("edit") in now]
 
 
 def write_atomically(path: Path, text: str) -> None:

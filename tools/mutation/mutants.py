@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -12,7 +13,8 @@ from tools.mutation.operators import OPERATORS, sites, splice
 
 @dataclass(frozen=True)
 class Mutant:
-    """One edit; ``id`` is ``file:line:operator:n`` (n counts sites of that operator)."""
+    """One edit; ``id`` is ``file:line:operator:n`` (n counts sites of that operator);
+    ``edit`` a hash of the mutated file: one id names one edit only while it is the same."""
 
     id: str
     file: str
@@ -20,6 +22,7 @@ class Mutant:
     operator: str
     index: int
     before: str
+    edit: str = ""
 
     def sampled(self, one_in: int) -> bool:
         """A stable 1-in-N choice that survives edits elsewhere in the file (no line)."""
@@ -35,8 +38,9 @@ def mutants_of(root: Path, file: str) -> list[Mutant]:
     for op in OPERATORS:
         for n, site in enumerate(sites(source, op.name)):
             text = lines[site.line - 1].strip()
+            edit = hashlib.sha256(splice(source, site).encode()).hexdigest()[:16]
             out.append(Mutant(f"{file}:{site.line}:{op.name}:{n}", file, site.line, op.name,
-                              n, text))
+                              n, text, edit))
     return out
 
 

@@ -252,12 +252,60 @@ def _movable(prev: ast.stmt, stmt: ast.stmt) -> bool:
     return _calls(stmt) or not local or bool(_names(prev) & set().union(*map(_names, targets)))
 
 
+def _init_bodies(tree: ast.Module) -> set[int]:
+    """The statements directly in the body of an ``__init__`` (no ``try`` around them) of
+    a class without ``__del__``: when one raises, nothing ever sees the object."""
+    out: set[int] = set()
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        defs = [d for d in cls.body if isinstance(d, ast.FunctionDef)]
+        if any(d.name == "__del__" for d in defs):
+            continue
+        out |= {id(s) for d in defs if d.name == "__init__" for s in d.body}
+    return out
+
+
+def _plain(value: ast.expr) -> bool:
+    """Names and constants (tuples of them): a value whose reading cannot fail."""
+    if isinstance(value, ast.Tuple):
+        return all(_plain(e) for e in value.elts)
+    return isinstance(value, ast.Name | ast.Constant)
+
+
+def _self_field(target: ast.expr) -> bool:
+    if isinstance(target, ast.Tuple):
+        return all(_self_field(e) for e in target.elts)
+    return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+        and target.value.id == "self"
+
+
+def _unseen_field(prev: ast.stmt, stmt: ast.stmt) -> bool:
+    """Moving ``stmt`` before ``prev`` in an ``__init__`` body cannot be observed: it only
+    stores names or constants in fields of the object being built, and ``prev`` does not
+    read the object, rebind what the store reads, or leave but by raising (and a raising
+    ``__init__`` hands out no object)."""
+    value = stmt.value if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+        [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    if value is None or not _plain(value) or not all(_self_field(t) for t in targets):
+        return False
+    stored = {n.id for n in ast.walk(prev) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store)}
+    return "self" not in _names(prev) and not stored & _names(value) and not any(
+        isinstance(n, ast.Return | ast.Break | ast.Continue) for n in ast.walk(prev))
+
+
 def _reorder(tree: ast.Module, skip: set[int]) -> Iterator[Site]:
     """Move a call or assignment before the check that precedes it (a side effect that
-    no longer waits for its guard)."""
+    no longer waits for its guard); not a store into an object that a failed check
+    leaves unseen (``_unseen_field``)."""
+    inits = _init_bodies(tree)
     for block in _blocks(tree):
         for prev, stmt in pairwise(block):
             if id(stmt) in skip or id(prev) in skip or not _is_check(prev):
+                continue
+            if id(stmt) in inits and _unseen_field(prev, stmt):
                 continue
             if _movable(prev, stmt):
                 yield Site(stmt.lineno, _start(prev), _end(stmt), _SWAP_MARK)
