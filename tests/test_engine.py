@@ -311,6 +311,18 @@ def test_indexer_offload_refuses_a_second_hook() -> None:
         IndexerOffload(sched, ix.offload, ix.worker, max_pages=shape.max_pages)
 
 
+def test_indexer_offload_takes_one_page_per_request_and_refuses_none() -> None:
+    # "at least 1" takes 1 (engine/offload.py:72:cmp:0 refused it)
+    sched, shape = _scheduler(gpu_blocks=8)
+    layout = KVLayout(block_tokens=shape.block_tokens)
+    gpu = np.zeros((shape.slots * shape.max_pages, 96), np.uint8)
+    worker, offload = OffloadingWorker(layout, gpu, 4), OffloadingScheduler(layout, 96, 4)
+    with pytest.raises(ValueError, match="max_pages must be at least 1, got 0"):
+        IndexerOffload(sched, offload, worker, max_pages=0)
+    assert sched.on_spill is None  # the refusal hooked nothing
+    assert IndexerOffload(sched, offload, worker, max_pages=1).max_pages == 1
+
+
 # -- on the GPU ------------------------------------------------------------------------
 
 IDENTITY_STEPS = int(os.environ.get("HISPARSE_ENGINE_STEPS", "384"))

@@ -606,6 +606,18 @@ def test_a_resumed_run_keeps_a_verdict_on_an_edit_still_made_under_its_id_now() 
     assert kept(runs, ms) == [{**runs[0], **asdict(a)}, {**runs[1], **asdict(b)}]
 
 
+def test_a_resumed_call_keeps_the_outcomes_of_files_it_does_not_select() -> None:
+    # kill proofs accumulate over calls that each --only other files
+    from tools.mutate import kept, unselected
+
+    config, metrics = (mutants_of(ROOT, f)[0] for f in ("hisparse/config.py",
+                                                        "hisparse/metrics.py"))
+    runs = [{**asdict(m), "status": "killed"} for m in (config, metrics)]
+    every = mutants_of(ROOT, "hisparse/config.py")
+    assert {m.file for m in unselected(runs, every)} == {"hisparse/metrics.py"}
+    assert kept(runs, every + unselected(runs, every)) == runs
+
+
 def test_no_mutant_starts_after_the_stop_time_and_those_started_are_recorded(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # a capped call on a lent machine ends by --stop-after, not by a signal that would

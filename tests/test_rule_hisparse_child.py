@@ -143,3 +143,17 @@ def test_parsed_metadata_is_refused_unbound(system: Children) -> None:
     assert c.port.queued() == ()
     c.hs_w.bind_metadata(raw)
     assert len(c.port.queued()) == 1
+
+
+def test_a_hit_stops_at_the_first_page_missing_from_the_host() -> None:
+    # the hit is a prefix: a later page still published after an earlier one was evicted
+    # is no hit (spec/machine.py:268:loop:0 counted every published page)
+    c = children()
+    _published(c)
+    assert c.coord.evict_published(limit=1) == 1
+    prefix = c.coord.machine.state.prefix
+    assert not prefix.get("k0") and prefix.get("k1")  # the least recently used went first
+    c.coord.add_request("b", ("k0", "k1", "k2"))
+    assert c.coord.lookup_prefix("b") == 0
+    adm = c.coord.admit("b")
+    assert adm is not None and adm.prefix_hits == 0 and _hosts(adm.table) == 0

@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.resume and args.json and args.json.exists():
         old = json.loads(args.json.read_text())
-        doc["outcomes"] = kept(old["outcomes"], every)
+        doc["outcomes"] = kept(old["outcomes"], every + unselected(old["outcomes"], every))
         doc["resumed"] = [*old.get("resumed", []), old["started"]]
         decided = {o["id"] for o in doc["outcomes"]}
         mutants = [m for m in mutants if m.id not in decided]
@@ -261,6 +261,13 @@ def kept(outcomes: list[dict[str, Any]], every: list[Mutant]) -> list[dict[str, 
     now = {m.edit: m for m in every}
     return [{**o, **asdict(now[o["edit"]])} for o in outcomes
             if o["status"] != ERROR and o.get("edit") in now]
+
+
+def unselected(outcomes: list[dict[str, Any]], every: list[Mutant]) -> list[Mutant]:
+    """The mutants of the files ``outcomes`` holds that ``every`` does not: a resumed call
+    that selects other files (``--only``) keeps their outcomes, each checked on its file."""
+    others = sorted({o["file"] for o in outcomes} - {m.file for m in every})
+    return [m for f in others if f in TARGETS for m in mutants_of(ROOT, f)]
 
 
 def write_atomically(path: Path, text: str) -> None:
