@@ -228,3 +228,94 @@ def test_restore_races_store_counts_exactly_storing_blocks_as_stored(n: int) -> 
                 t = buggy.Decode(t)
                 assert t is not None and violated(t) == [catches]
     assert deviated
+
+
+# -- restore_uncapped (the indexer suffix twin) ------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_restore_uncapped_restores_the_whole_stored_run_only_past_a_longer_host_hit(
+        n: int) -> None:
+    """As the spec's ``Bug = "restore_uncapped" /\\ hostHit > gpuHit``: with a host hit
+    longer than the GPU hit the variant restores every restorable block from the GPU hit
+    on, up to the first that is not, and admits as the correct rule does; with no longer
+    host hit it decides as the correct rule. (suffix_variants.py:18:cmp:0 also restored
+    past an equal hit.)"""
+    good, buggy = SuffixMachine(n), suffix_machine(n, "restore_uncapped")
+    deviated = 0
+    for host, gpu in product(range(n + 1), repeat=2):
+        for held in product(BLOCK_STATES, repeat=n):
+            s = SuffixState(host, gpu, held, on_gpu=frozenset(range(gpu)))
+            got, want = buggy.Decide(s), good.Decide(s)
+            assert got is not None and want is not None
+            if host <= gpu:
+                assert got == want
+                continue
+            end = gpu
+            while end < n and good._restorable(s, end):
+                end += 1
+            assert got.restoring == frozenset(range(gpu, end))
+            assert (got.admit_mla, got.admit_idx) == (want.admit_mla, want.admit_idx)
+            deviated += got != want
+    assert deviated or n == 1  # one block: the whole suffix is the whole run
+
+
+# -- publish_after_one_rank_done (ConsumeMeta) --------------------------------------------
+
+
+def test_publish_after_one_rank_done_publishes_early_only_a_live_requests_enqueued_spill(
+        ) -> None:
+    """The variant's ConsumeMeta differs from the protocol's only on host blocks whose
+    request is not aborted: those it publishes at the first rank's completed ack. An aborted request's block waits for every rank, as in the
+    protocol. (variants.py:87:bool:0 closed every spill with a completed ack.)"""
+    bug = "publish_after_one_rank_done"
+    early = aborted_kept = 0
+    for m in reached(2, range(24), 60):
+        s = m.state
+        for args in enabled_args(m, "ConsumeMeta"):
+            want = apply("none", s, "ConsumeMeta", *args)
+            got = apply(bug, s, "ConsumeMeta", *args)
+            for h, sp in enumerate(s.spill):
+                same = (got.host_state[h], got.spill[h]) == (want.host_state[h],
+                                                             want.spill[h])
+                live = sp is not None and s.req[sp.page[0]] != "aborted"
+                if not same:
+                    early += 1
+                    assert live and got.host_state[h] == "valid" and got.spill[h] is None
+                elif sp is not None and not live and want.spill[h] is not None:
+                    aborted_kept += 1
+    assert early and aborted_kept  # both sides of the deviation reached
+
+
+# -- report_partial_page (ReportImport) ----------------------------------------------------
+
+
+def test_report_partial_page_reports_exactly_when_every_page_has_some_chunk() -> None:
+    """The variant's ReportImport is enabled for a landing import exactly when every page
+    has at least one chunk landed (the protocol's needs every chunk). (variants.py:223:
+    collection:0 reported once any page had one.)"""
+    from hisparse.spec.errors import ActionNotEnabled
+    from tests.protocol_helpers import import_walk
+
+    some_not_all = reported = 0
+    for seed in range(8):
+        for m in import_walk(seed, 60, gpu_blocks=3, host_pool_bytes=9, chunks=2,
+                             staging_slots=1):
+            s = m.state
+            for r, x in s.imp.items():
+                if x.phase != "landing":
+                    continue
+                landed = [bool(s.pg_of((r, i)).landed)
+                          for i in range(1, len(s.page_keys[r]) + 1)]
+                bugged = s.config.model_copy(update={"bug": "report_partial_page"})
+                v = ProtocolMachine.create(bugged, check=False)
+                v.state = s.clone()
+                try:
+                    v.ReportImport(r)
+                    ok = True
+                except ActionNotEnabled:
+                    ok = False
+                assert ok == all(landed), (r, landed)
+                some_not_all += any(landed) and not all(landed)
+                reported += ok
+    assert some_not_all and reported  # both sides reached

@@ -425,3 +425,37 @@ def test_a_refused_indexer_offload_builds_no_worker_side(
         make_simulation(SimulateOptions(indexer_offload=True, offload_blocks=8, tp=2,
                                         backing="shared"))
     assert built == []
+
+
+@pytest.mark.parametrize(("draw", "kind"), [(0.0, "duplicated"), (0.25, "delayed"),
+                                            (0.5, "dropped"), (0.75, None)])
+def test_each_fault_kind_holds_the_draws_from_its_share_up_to_the_next(
+        draw: float, kind: str | None) -> None:
+    # the shares are half-open, [k*rate, (k+1)*rate) (msgfaults.py:42:cmp:0 gave the
+    # boundary to the kind below it)
+    from hisparse.msgfaults import MessageFaults
+
+    f = MessageFaults(rate=0.25, seed=0, ranks=1)
+    f._rng = SimpleNamespace(random=lambda: draw)  # type: ignore[assignment]
+    out = f.route("down", 0, b"m")
+    counted = [k for k, n in f.counts.items() if n]
+    assert counted == ([] if kind is None else [f"down_{kind}"])
+    assert out == {"duplicated": [b"m", b"m"], "delayed": [], "dropped": [],
+                   None: [b"m"]}[kind]
+
+
+def test_an_admission_that_can_never_fit_takes_no_block_from_a_larger_manager() -> None:
+    # the engine's block manager may hold more blocks than the protocol's GPU pool: the
+    # refusal comes before any allocation (coordinator.py:202:reorder:0 allocated first
+    # and kept the blocks it refused with)
+    from hisparse.blockpool import BlockPool
+    from hisparse.config import HiSparseConfig
+    from hisparse.coordinator import HiSparseCoordinator, RequestNeverFits
+
+    cfg = HiSparseConfig(host_pool_blocks=4, block_tokens=4, row_bytes=16, top_k=4)
+    kv = BlockPool(10)
+    c = HiSparseCoordinator(cfg, kv, gpu_blocks=5)
+    c.add_request("big", [f"k{i}" for i in range(7)])
+    with pytest.raises(RequestNeverFits):
+        c.admit("big")
+    assert kv.num_free == 10
