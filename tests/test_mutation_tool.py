@@ -13,6 +13,7 @@ import sys
 import textwrap
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -596,7 +597,7 @@ def test_a_resumed_run_keeps_a_verdict_on_an_edit_still_made_under_its_id_now() 
     assert all(m.edit == hashlib.sha256(mutated_source(m, src).encode()).hexdigest()[:16]
                for m in ms[:20])
     a, b = ms[0], ms[1]
-    runs = [
+    runs: list[dict[str, Any]] = [
         {"id": a.id, "line": 1, "edit": a.edit, "status": "killed"},
         {"id": "renumbered", "line": 7, "edit": b.edit, "status": "survived"},
         {"id": a.id, "edit": "0" * 16, "status": "killed"},  # an edit no longer made
