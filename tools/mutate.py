@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--resume", action="store_true",
                     help="keep the outcomes already in --json and run only the mutants "
                          "it does not decide yet: a later tree too (tests added since), "
-                         "an outcome being kept only while its file is unchanged")
+                         "an outcome being kept while today's tree makes the same edit")
     ap.add_argument("--stop-after", type=float,
                     help="start no mutant after this many seconds (those running finish; "
                          "--resume goes on from there)")
