@@ -639,3 +639,31 @@ def test_no_mutant_starts_after_the_stop_time_and_those_started_are_recorded(
     out = runner.run_all(ms, 1, Limits.from_baseline({"full": 1.0}, 1.0, 1.0), True,
                          lambda o: seen.append(o.mutant.id), stop_at=1.0)
     assert started == seen == [o.mutant.id for o in out] == [m.id for m in ms[:2]]
+
+
+def test_longest_first_orders_by_the_seconds_of_the_tests_that_run_each_mutants_lines(
+) -> None:
+    # a capped call on a lent machine then ends on short mutants, not 300 s survivors
+    from tools.mutate import expected_seconds
+
+    f = "hisparse/config.py"
+    src = (ROOT / f).read_text()
+    ms = mutants_of(ROOT, f)
+    runtime = [m for m in ms if reach(m, src).runtime]
+    a, b, c = runtime[0], runtime[-1], next(m for m in ms if not reach(m, src).runtime)
+    la, lb = reach(a, src).lines, reach(b, src).lines
+    assert la.isdisjoint(lb)
+    lines = {f: {**{n: [0] for n in la}, **{n: [0, 1] for n in lb}}}
+    cmap = CoverMap(["t0", "t1"], [1.0, 10.0], lines, "tree")
+    cost = expected_seconds([a, b, c], cmap)
+    assert (cost[a.id], cost[b.id], cost[c.id]) == (1.0, 11.0, float("inf"))
+    others = [m for m in runtime if reach(m, src).lines.isdisjoint(la | lb)]
+    assert others and all(v == 0.0 for v in expected_seconds(others, cmap).values())
+    from tools.mutate import _parser, select
+
+    args = _parser().parse_args(["--only", f"{f}:*", "--longest-first"])
+    _, order = select(args, cmap)
+    got = expected_seconds(order, cmap)
+    assert [got[m.id] for m in order] == sorted(got.values(), reverse=True)
+    assert order.index(b) < order.index(a) and order[0].id in {m.id for m in ms
+                                                               if m not in runtime}

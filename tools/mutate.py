@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import os
 import sys
 import time
@@ -101,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="keep the outcomes already in --json and run only the mutants "
                          "it does not decide yet: a later tree too (tests added since), "
                          "an outcome being kept while today's tree makes the same edit")
+    ap.add_argument("--longest-first", action="store_true",
+                    help="with --cover-map: run the mutants whose tests take longest first "
+                         "(a capped call then ends on short ones; edits at import first)")
     ap.add_argument("--stop-after", type=float,
                     help="start no mutant after this many seconds (those running finish; "
                          "--resume goes on from there)")
@@ -134,7 +138,10 @@ def select(args: argparse.Namespace, cover: CoverMap | None = None,
     if args.no_tlc_guards:
         chosen = [m for m in chosen if not TARGETS[m.file].tlc]
     order = interleaved(chosen, tuple(args.first.split(",")))
-    if cover is not None:
+    if cover is not None and args.longest_first:
+        cost = expected_seconds(order, cover)
+        order.sort(key=lambda m: -cost[m.id])
+    elif cover is not None:
         # edits that run at import need the whole suite when they survive their guards:
         # the cheap ones (run only when called, decided by the map) go first
         runtime = runtime_ids(order, cover)
@@ -168,6 +175,19 @@ def runtime_ids(mutants: list[Mutant], cover: CoverMap) -> set[str]:
         r = reach(m, sources[m.file])
         if r.runtime and not cover.at_import(m.file, r.lines):
             out.add(m.id)
+    return out
+
+
+def expected_seconds(mutants: list[Mutant], cover: CoverMap) -> dict[str, float]:
+    """What each mutant may cost at most: the seconds of the tests that run its lines (a
+    survivor runs them all), or infinity for an edit at import (guards, then the whole
+    suite). Longest first packs the cores, and a capped call ends on the short ones."""
+    sources = {f: (ROOT / f).read_text() for f in {m.file for m in mutants}}
+    out: dict[str, float] = {}
+    for m in mutants:
+        r = reach(m, sources[m.file])
+        runtime = r.runtime and not cover.at_import(m.file, r.lines)
+        out[m.id] = cover.seconds_of(cover.tests_of(m.file, r.lines)) if runtime else math.inf
     return out
 
 
