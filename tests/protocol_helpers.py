@@ -1,4 +1,5 @@
-"""Shared builders for protocol tests: a fixed universe and short scenarios."""
+"""Shared builders for protocol tests: a fixed universe, short scenarios and walks, and a
+stand-in draw for the runs built on them."""
 
 from __future__ import annotations
 
@@ -346,3 +347,15 @@ def import_walk(seed: int, steps: int, **config: Any) -> Iterator[ProtocolMachin
         ours = [mv for mv in moves if mv[0] in IMPORT_GUARDS and mv[0] != "ImportError"]
         action, args = rng.choice(ours if ours and rng.random() < 0.8 else moves)
         getattr(m, action)(*args)
+
+
+class ZeroDraws(random.Random):
+    """A generator whose uniform draws are all 0.0, a value ``random()`` can return; its
+    integer draws are the seeded ones (``getrandbits`` defined here, so ``Random`` draws
+    integers from it, not from ``random()``)."""
+
+    def random(self) -> float:
+        return 0.0
+
+    def getrandbits(self, k: int) -> int:
+        return super().getrandbits(k)

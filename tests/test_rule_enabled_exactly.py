@@ -35,8 +35,6 @@ from tests.test_protocol_stateful import GPU, HOST, ProtocolStateful
 
 REFUSED = (ActionNotEnabled, UnknownTransfer, UnknownRank)
 IMPORT_ACTIONS = set(IMPORT_GUARDS)
-# i2 has more pages than the GPU pool: always the host target
-IMPORTS = WALK_IMPORTS
 
 
 def refusal(m: ProtocolMachine, action: str, args: tuple[Any, ...]) -> BaseException | None:
@@ -121,7 +119,7 @@ class EnabledExactlyWithImports(EnabledExactly):
     def __init__(self) -> None:
         super().__init__()
         self.m = make_machine(gpu_blocks=GPU, host_pool_bytes=2 * HOST + 1, chunks=2,
-                              staging_slots=1, imports=IMPORTS, record=True)
+                              staging_slots=1, imports=WALK_IMPORTS, record=True)
 
     @rule(data=st.data(), n=st.integers(1, 8))
     def import_moves(self, data: st.DataObject, n: int) -> None:

@@ -51,7 +51,7 @@ from hisparse.tp.run import (
     run_rank,
     workload,
 )
-from tests.test_simulate import ZeroDraws
+from tests.protocol_helpers import ZeroDraws
 
 OPTIONS = TpOptions(executor="reference", ranks=2, requests=8, steps=30, seed=3)
 

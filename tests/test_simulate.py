@@ -21,6 +21,7 @@ from hisparse.simulate import (
     simulate,
 )
 from hisparse.workload import Arrival
+from tests.protocol_helpers import ZeroDraws
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -287,7 +288,6 @@ def test_a_reader_waiting_on_a_copy_the_writer_never_ran_fails_before_landing() 
 
 def test_synthetic_requests_draw_every_shared_prefix_and_none() -> None:
     # prefixes=3: prefix 0, 1 or 2, or a request of its own (simulate.py:396:arith:22)
-    import random
     from types import SimpleNamespace
 
     arrived: list[object] = []
@@ -308,18 +308,6 @@ def test_a_host_block_holds_a_page_of_every_layer() -> None:
 
 
 # --- the run's figures and sizes, exactly (mutation survivors of simulate.py) -----------
-
-
-class ZeroDraws(random.Random):
-    """A generator whose uniform draws are all 0.0, a value ``random()`` can return; its
-    integer draws are the seeded ones (``getrandbits`` defined here, so ``Random`` draws
-    integers from it, not from ``random()``). Also used by ``test_rule_tp_run.py``."""
-
-    def random(self) -> float:
-        return 0.0
-
-    def getrandbits(self, k: int) -> int:
-        return super().getrandbits(k)
 
 
 def test_an_abort_rate_of_zero_never_aborts_even_on_a_draw_of_zero() -> None:

@@ -169,13 +169,8 @@ def map_survivors(outcomes: list[dict[str, Any]], every: list[Mutant]) -> dict[s
 
 
 def runtime_ids(mutants: list[Mutant], cover: CoverMap) -> set[str]:
-    sources = {f: (ROOT / f).read_text() for f in {m.file for m in mutants}}
-    out = set()
-    for m in mutants:
-        r = reach(m, sources[m.file])
-        if r.runtime and not cover.at_import(m.file, r.lines):
-            out.add(m.id)
-    return out
+    """The mutants the map decides (their edits run only when called)."""
+    return {i for i, cost in expected_seconds(mutants, cover).items() if cost != math.inf}
 
 
 def expected_seconds(mutants: list[Mutant], cover: CoverMap) -> dict[str, float]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from tools.mutation.operators import OPERATORS, sites, splice
+from tools.mutation.operators import OPERATORS, sites, splice, spliced
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,9 @@ def mutants_of(root: Path, file: str) -> list[Mutant]:
     lines = source.splitlines()
     out: list[Mutant] = []
     for op in OPERATORS:
-        for n, site in enumerate(sites(source, op.name)):
+        for n, (site, mutated) in enumerate(spliced(source, op.name)):
             text = lines[site.line - 1].strip()
-            edit = hashlib.sha256(splice(source, site).encode()).hexdigest()[:16]
+            edit = hashlib.sha256(mutated.encode()).hexdigest()[:16]
             out.append(Mutant(f"{file}:{site.line}:{op.name}:{n}", file, site.line, op.name,
                               n, text, edit))
     return out

@@ -599,17 +599,23 @@ def splice(source: str, site: Site) -> str:
 
 def sites(source: str, operator: str) -> list[Site]:
     """Every site of one operator in ``source`` whose splice compiles, in a stable order."""
+    return [site for site, _ in spliced(source, operator)]
+
+
+def spliced(source: str, operator: str) -> list[tuple[Site, str]]:
+    """``sites`` with the mutated source of each (made once: checked, then kept)."""
     tree = ast.parse(source)
-    out: list[Site] = []
+    out: list[tuple[Site, str]] = []
     seen: set[tuple[Pos, Pos, str]] = set()
     for site in BY_NAME[operator].sites(tree, skipped_subtrees(tree)):
         key = (site.start, site.end, site.text)
         if key in seen:
             continue  # a nested function is walked with its outer one too
         seen.add(key)
+        text = splice(source, site)
         try:
-            compile(splice(source, site), "<mutant>", "exec")
+            compile(text, "<mutant>", "exec")
         except SyntaxError:
             continue
-        out.append(site)
+        out.append((site, text))
     return out
