@@ -105,6 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--longest-first", action="store_true",
                     help="with --cover-map: run the mutants whose tests take longest first "
                          "(a capped call then ends on short ones; edits at import first)")
+    ap.add_argument("--at-import", choices=("run", "skip", "only"), default="run",
+                    help="with --cover-map: the edits that run at import (guards, then the "
+                         "whole suite when they survive them; minutes each): run them too, "
+                         "leave them out (a capped call on many cores), or run them alone "
+                         "(an uncapped call)")
     ap.add_argument("--stop-after", type=float,
                     help="start no mutant after this many seconds (those running finish; "
                          "--resume goes on from there)")
@@ -138,6 +143,9 @@ def select(args: argparse.Namespace, cover: CoverMap | None = None,
     if args.no_tlc_guards:
         chosen = [m for m in chosen if not TARGETS[m.file].tlc]
     order = interleaved(chosen, tuple(args.first.split(",")))
+    if cover is not None and args.at_import != "run":
+        runtime = runtime_ids(order, cover)
+        order = [m for m in order if (m.id in runtime) == (args.at_import == "skip")]
     if cover is not None and args.longest_first:
         cost = expected_seconds(order, cover)
         order.sort(key=lambda m: -cost[m.id])
@@ -200,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_killers:
         return check_killers(args.check_killers, args.jobs)
     cover = None
+    if args.at_import != "run" and not args.cover_map:
+        print("mutate: --at-import needs --cover-map (the map says which edits run at import)",
+              file=sys.stderr)
+        return 2
     if args.cover_map:
         cover = CoverMap.load(args.cover_map)
         if cover.tree != tree_digest():
