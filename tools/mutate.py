@@ -105,6 +105,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--longest-first", action="store_true",
                     help="with --cover-map: run the mutants whose tests take longest first "
                          "(a capped call then ends on short ones; edits at import first)")
+    ap.add_argument("--shortest-first", action="store_true",
+                    help="with --cover-map: the mutants whose tests take least time first (a "
+                         "small machine decides the most in its time, beside a large one "
+                         "running --longest-first)")
     ap.add_argument("--at-import", choices=("run", "skip", "only"), default="run",
                     help="with --cover-map: the edits that run at import (guards, then the "
                          "whole suite when they survive them; minutes each): run them too, "
@@ -146,9 +150,9 @@ def select(args: argparse.Namespace, cover: CoverMap | None = None,
     if cover is not None and args.at_import != "run":
         runtime = runtime_ids(order, cover)
         order = [m for m in order if (m.id in runtime) == (args.at_import == "skip")]
-    if cover is not None and args.longest_first:
+    if cover is not None and (args.longest_first or args.shortest_first):
         cost = expected_seconds(order, cover)
-        order.sort(key=lambda m: -cost[m.id])
+        order.sort(key=lambda m: -cost[m.id] if args.longest_first else cost[m.id])
     elif cover is not None:
         # edits that run at import need the whole suite when they survive their guards:
         # the cheap ones (run only when called, decided by the map) go first
@@ -208,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_killers:
         return check_killers(args.check_killers, args.jobs)
     cover = None
+    if args.longest_first and args.shortest_first:
+        print("mutate: --longest-first or --shortest-first, not both", file=sys.stderr)
+        return 2
     if args.at_import != "run" and not args.cover_map:
         print("mutate: --at-import needs --cover-map (the map says which edits run at import)",
               file=sys.stderr)
