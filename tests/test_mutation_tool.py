@@ -667,3 +667,31 @@ def test_longest_first_orders_by_the_seconds_of_the_tests_that_run_each_mutants_
     assert [got[m.id] for m in order] == sorted(got.values(), reverse=True)
     assert order.index(b) < order.index(a) and order[0].id in {m.id for m in ms
                                                                if m not in runtime}
+
+
+def test_shortest_first_and_at_import_split_one_selection_between_two_machines() -> None:
+    # a small machine takes the cheap edits first, a capped large one skips the edits at
+    # import (minutes each), an uncapped one runs them alone: together, the whole selection
+    from tools.mutate import _parser, expected_seconds, main, select
+
+    f = "hisparse/config.py"
+    src = (ROOT / f).read_text()
+    ms = mutants_of(ROOT, f)
+    runtime = [m for m in ms if reach(m, src).runtime]
+    lb = reach(runtime[-1], src).lines
+    cmap = CoverMap(["t0"], [10.0], {f: {n: [0] for n in lb}}, "tree")
+
+    def order(*flags: str) -> list[Mutant]:
+        return select(_parser().parse_args(["--only", f"{f}:*", *flags]), cmap)[1]
+
+    every = order()
+    short = order("--shortest-first")
+    cost = expected_seconds(short, cmap)
+    assert [cost[m.id] for m in short] == sorted(cost.values())
+    assert sorted(m.id for m in short) == sorted(m.id for m in every)
+    skip, only = order("--at-import", "skip"), order("--at-import", "only")
+    assert skip and only and all(cost[m.id] == float("inf") for m in only)
+    assert all(cost[m.id] != float("inf") for m in skip)
+    assert sorted(m.id for m in skip + only) == sorted(m.id for m in every)
+    assert main(["--list", "--at-import", "skip"]) == 2  # no map: nothing says which
+    assert main(["--list", "--longest-first", "--shortest-first"]) == 2
