@@ -292,7 +292,7 @@ class Transport:
             self.poll(handle)
         if not handle.ended:
             first = next(i for i, s in enumerate(handle.states) if s is not ChunkState.DONE)
-            self._fail(handle, first, ImportFailed(handle.request.req_id, -1, "no completion"))
+            self._fail(handle, first, ImportFailed(handle.request.req_id, first, "no completion"))
             for i, state in enumerate(handle.states):  # a hung READ: its handle is dropped
                 if state is ChunkState.POSTED:
                     handle.states[i] = ChunkState.FAILED

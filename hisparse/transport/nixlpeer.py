@@ -89,6 +89,10 @@ class NixlPrefiller:
         try:
             self._conn.send((rows, np.ascontiguousarray(pages, dtype=np.uint8)))
             if not self._conn.poll(READY_TIMEOUT_S) or self._conn.recv() != "put":
+                # its answers no longer pair with our puts (a late "put" would answer the
+                # next one before its rows are written): it is ended, its rows freed
+                self.arena.drop(req_id)
+                self.kill()
                 raise TransportError(f"prefiller {self.name!r} did not take the pages")
         except (EOFError, OSError) as exc:
             self.arena.drop(req_id)
