@@ -245,6 +245,7 @@ class Simulation:
         )
         # its own generator, so a run without losses draws exactly as before
         self._loss_rng = random.Random(f"worker-loss-{opts.seed}")
+        self._recovering: list[int] | None = None  # ranks still to restart (_recover)
 
     def _tp_fields(self) -> dict[str, Any]:
         """The config's rank fields; none for one private rank (the config as before)."""
@@ -578,7 +579,7 @@ class Simulation:
             rep.metas_lost += 1
         self._bind(meta, t, missed)
         if lost is not None:
-            self._lose_worker(t, lost)
+            self._recover(t, lost)
         self._advance_imports()
         topk = {r: self._topk(r) for r in self.running}
         hits = (0, 0, 0, 0)
@@ -648,7 +649,10 @@ class Simulation:
                 self.metrics.on_worker_meta(WORKER_META.validate_json(raw), t)
             faults = self.faults
             if faults is None:
-                self.sched.update_connector_output(raw)
+                try:
+                    self.sched.update_connector_output(raw)
+                except MessageGap:  # lost before the network calmed (drain): the loss path
+                    self._recover(t, port.rank)
                 return
             for m in faults.route("up", port.rank, raw):
                 try:
@@ -692,7 +696,23 @@ class Simulation:
         assert self.faults is not None
         self.faults.counts["gaps"] += 1
         self.report.message_faults = dict(self.faults.counts)
-        self._lose_worker(t, rank)
+        self._recover(t, rank)
+
+    def _recover(self, t: int, rank: int) -> None:
+        """Restart ``rank``'s worker, and every rank whose recovery message is lost in
+        turn, in one loop: never by recursion, since with several ranks a chain of losses
+        has no bound in length (each restart re-sends to every rank), only in the ranks
+        waiting at once."""
+        if self._recovering is not None:  # inside a recovery: that loop restarts it
+            if rank not in self._recovering:
+                self._recovering.append(rank)
+            return
+        self._recovering = [rank]
+        try:
+            while self._recovering:
+                self._lose_worker(t, self._recovering.pop(0))
+        finally:
+            self._recovering = None
 
     def _lose_worker(self, t: int, rank: int) -> None:
         """Rank ``rank``'s worker restarts before this step's decode (public API only):
@@ -759,7 +779,7 @@ class Simulation:
         try:
             deliver()
         except MessageGap:
-            self._lose_worker(self._t, rank)
+            self._recover(self._t, rank)
 
     def _done(self, nxt: int) -> bool:
         return nxt >= len(self.arrivals) and not self.running and not self.pending
