@@ -25,6 +25,7 @@ import hisparse.bench
 import hisparse.cli as cli
 from hisparse.bench.churn import Churn, drained_problems
 from hisparse.config import GIB, HiSparseConfig
+from hisparse.coordinator import HiSparseCoordinator
 from hisparse.engine import schedule
 from hisparse.engine.config import ROW_BYTES, EngineConfigError, EngineShape, ModelShape
 from hisparse.engine.schedule import HiSparseScheduler
@@ -357,23 +358,25 @@ def _scheduler(gpu_blocks: int, host_blocks: int, executor: ReferenceExecutor | 
                              slots=shape.slots, max_pages=shape.max_pages), shape
 
 
-def test_reclaim_stops_at_the_first_spill_the_host_pool_refuses() -> None:
+def test_reclaim_stops_at_the_first_spill_the_host_pool_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # two host blocks, eight complete pages: two spills start, the third is refused and
     # no further page is tried (a full pool refuses them all)
     # kills engine/schedule.py:117:loop:2
+    asked: list[tuple[str, int]] = []
+
+    class Counting(HiSparseCoordinator):  # (a subclass: the compiled build's instances
+        def spill(self, page: tuple[str, int]) -> int | None:  # take no patches)
+            asked.append(page)
+            return super().spill(page)
+
+    monkeypatch.setattr(schedule, "HiSparseCoordinator", Counting)
     sched, shape = _scheduler(gpu_blocks=32, host_blocks=2)
+    assert isinstance(sched.coordinator, Counting)
     a = make_request("a", [], 600, 10, shape=shape, vocab=100)
     sched.add(a)
     assert sched.admit(a) is not None
-    asked: list[tuple[str, int]] = []
     spilled: list[tuple[str, int]] = []
-    real = sched.coordinator.spill
-
-    def spill(page: tuple[str, int]) -> int | None:
-        asked.append(page)
-        return real(page)
-
-    sched.coordinator.spill = spill  # type: ignore[method-assign]
     sched.on_spill = lambda r, i: spilled.append((r, i))
     assert sched.reclaim(8, {"a": 599}) == 2
     assert spilled == [("a", 1), ("a", 2)]
