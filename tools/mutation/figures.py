@@ -294,6 +294,23 @@ EQUIVALENT: dict[str, str] = {
     "spec/trace.py:388:reorder:0": "a pure comprehension moved before an append",
     "spec/trace.py:500:none:0": "a TraceHeader (pydantic model) is truthy",
     "spec/variants.py:65:none:0": "a Spill (NamedTuple of six) is always truthy",
+    # the whole run's lines no test ran (docs/mutation-run7, ninth pass)
+    "hisparse/bench/cli.py:265:none:2": "--json is None or a Path (out_path), always truthy",
+    "hisparse/report.py:55:raise:0": "the loop returns on its last unit: never reached",
+    "hisparse/simulate.py:314:none:19": "a SharedHostPool defines no __bool__/__len__: truthy",
+    "hisparse/simulate.py:813:call:80": "tqdm's own iterator closed the bar (CPython)",
+    "hisparse/transport/base.py:68:none:10": "dests of a bound chunk: a non-empty tuple",
+    "spec/machine.py:486:loop:1": "a reader's meta carries no completed ack: never run",
+    "hisparse/simulate.py:313:none:18": "the same edit as 314:none:19 before _recover was added",
+    "spec/machine.py:259:int:6": "_gpu is called only for a block already out of range",
+    "spec/machine.py:259:cmp:65": "_gpu is called only for a block already out of range",
+    "spec/machine.py:317:none:62": "a GPU owner is None or a (request, page) pair: truthy",
+    "hisparse/engine/tiling.py:41:cmp:2": "s reaching most stops one doubling later: min(s, most)",
+    "hisparse/engine/tiling.py:41:var:7": "without s < most the loop only overshoots: min(s, most)",
+    "hisparse/tlc/value.py:63:none:2": "every token take() is asked for is a non-empty literal",
+    "hisparse/tlc/value.py:82:reorder:1": "an empty Fn built before a return: discarded",
+    "hisparse/tlc/value.py:143:none:3": "a regex match object is always truthy",
+    "hisparse/tp/run.py:362:none:5": "a GpuTimer defines no __bool__ or __len__: truthy",
 }
 
 
