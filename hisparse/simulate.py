@@ -652,6 +652,8 @@ class Simulation:
                 try:
                     self.sched.update_connector_output(raw)
                 except MessageGap:  # lost before the network calmed (drain): the loss path
+                    if not self.o.message_faults:
+                        raise  # no channel loses messages here: a gap is a bug
                     self._recover(t, port.rank)
                 return
             for m in faults.route("up", port.rank, raw):

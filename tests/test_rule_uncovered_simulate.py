@@ -334,3 +334,20 @@ def test_two_ranks_at_the_highest_fault_rate_recover_and_drain_clean(seed: int) 
     assert rep.worker_restarts > 0 and rep.message_faults["gaps"] > 0
     sim.coordinator.evict_published()
     assert sim.coordinator.state.host_used == 0 and sim.kv.num_free == sim.kv.num_blocks
+
+
+def test_without_message_faults_a_gap_is_a_bug_never_a_restart() -> None:
+    # the drain's loss path is for messages the faulty channels lost; with none
+    # configured a gap means the system lost one itself: it must surface, not be
+    # recovered from in silence
+    from hisparse.spec.errors import MessageGap
+
+    sim = Simulation(SimulateOptions(requests=12, steps=60, seed=1))
+
+    def gapped(raw: bytes) -> None:
+        raise MessageGap("worker meta of rank 0: expected message 1, got 2", 0)
+
+    sim.sched.update_connector_output = gapped  # type: ignore[method-assign]
+    with pytest.raises(MessageGap, match="expected message 1, got 2"):
+        sim.run()
+    assert sim.report.worker_restarts == 0
