@@ -344,7 +344,7 @@ def test_without_message_faults_a_gap_is_a_bug_never_a_restart() -> None:
 
     sim = Simulation(SimulateOptions(requests=12, steps=60, seed=1))
 
-    def gapped(raw: bytes) -> None:
+    def gapped(raw: object) -> None:
         raise MessageGap("worker meta of rank 0: expected message 1, got 2", 0)
 
     sim.sched.update_connector_output = gapped  # type: ignore[method-assign]
