@@ -347,7 +347,7 @@ def test_without_message_faults_a_gap_is_a_bug_never_a_restart() -> None:
     def gapped(raw: object) -> None:
         raise MessageGap("worker meta of rank 0: expected message 1, got 2", 0)
 
-    sim.sched.update_connector_output = gapped  # type: ignore[method-assign]
+    sim.sched.update_connector_output = gapped  # type: ignore[method-assign,assignment]
     with pytest.raises(MessageGap, match="expected message 1, got 2"):
         sim.run()
     assert sim.report.worker_restarts == 0
