@@ -3,11 +3,15 @@ stand-in draw for the runs built on them."""
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hisparse.blockpool import BlockPool
+from hisparse.config import GIB, HiSparseConfig
+from hisparse.coordinator import HiSparseCoordinator
 from hisparse.spec.catalogue import CATALOGUE, arguments
 from hisparse.spec.constants import ProtocolConfig
 from hisparse.spec.machine import ProtocolMachine
@@ -359,3 +363,27 @@ class ZeroDraws(random.Random):
 
     def getrandbits(self, k: int) -> int:
         return super().getrandbits(k)
+
+
+HOST_BLOCK = 64 * 656  # bytes of one host block under the default config
+
+
+def checked_coordinator(
+    gpu: int = 4, host: int = 4, ranks: int = 1, backing: str = "private"
+) -> tuple[HiSparseCoordinator, BlockPool]:
+    """A coordinator that checks every invariant, over ``host`` host blocks of the
+    default config and an HMA pool of ``gpu`` blocks."""
+    cfg = HiSparseConfig(
+        host_pool_gib=(host * HOST_BLOCK + HOST_BLOCK // 2) / GIB,
+        tp_ranks=ranks,
+        backing=backing,  # type: ignore[arg-type]
+    )
+    kv = BlockPool(gpu)
+    return HiSparseCoordinator(cfg, kv, gpu_blocks=gpu, check=True), kv
+
+
+def everything(c: HiSparseCoordinator, kv: BlockPool) -> Any:
+    """Protocol state, the coordinator's own tables and HMA's pool (a refusal changes
+    none of them)."""
+    own = {k: v for k, v in attributes(c).items() if k not in ("machine", "kv")}
+    return c.state.clone(), copy.deepcopy(own), copy.deepcopy(vars(kv))

@@ -3,13 +3,11 @@ spec's rule (docs/tensor-parallel.md), refusals that change nothing, per-rank lo
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 
 from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
 from hisparse.connector import HiSparseConnector, KVConnectorRole
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.spec.errors import (
@@ -20,27 +18,13 @@ from hisparse.spec.errors import (
     UnknownTransfer,
 )
 from hisparse.spec.messages import WORKER_META, HiSparseWorkerMeta
-from tests.protocol_helpers import attributes
-
-BLOCK = 64 * 656
+from tests.protocol_helpers import checked_coordinator, everything
 
 
 def make(
     ranks: int = 2, backing: str = "private", gpu: int = 8, host: int = 4
 ) -> tuple[HiSparseCoordinator, BlockPool]:
-    cfg = HiSparseConfig(
-        host_pool_gib=(host * BLOCK + BLOCK // 2) / GIB,
-        tp_ranks=ranks,
-        backing=backing,  # type: ignore[arg-type]
-    )
-    kv = BlockPool(gpu)
-    return HiSparseCoordinator(cfg, kv, gpu_blocks=gpu, check=True), kv
-
-
-def everything(c: HiSparseCoordinator, kv: BlockPool) -> Any:
-    """Protocol state, the coordinator's own tables and HMA's pool."""
-    own = {k: v for k, v in attributes(c).items() if k not in ("machine", "kv")}
-    return c.state.clone(), copy.deepcopy(own), copy.deepcopy(vars(kv))
+    return checked_coordinator(gpu, host, ranks, backing)
 
 
 def ack(

@@ -206,11 +206,13 @@ def test_a_refused_bind_fails_the_import_and_returns_its_staging_slots(
     assert staging.in_use == 0 and runner.idle
 
 
-def test_a_device_staging_pool_mirrors_each_page_with_a_gpu_block_too() -> None:
+@pytest.mark.parametrize("gpu_block", [2, 0])
+def test_a_device_staging_pool_mirrors_each_page_with_a_gpu_block_too(gpu_block: int) -> None:
     """The batched path (a device staging pool of whole blocks) also mirrors each staged
     page that has a GPU block into its resident rows, every cache, from its own slot;
     a page without one is not mirrored (runner.py:328:call:36 dropped the mirror: an
-    imported page needed at once was missing from its resident block)."""
+    imported page needed at once was missing from its resident block). Block 0 is a
+    block (runner.py:327:none:6 read it as none and left its rows unwritten)."""
     layout = PoolLayout(gpu_blocks=4, host_blocks=8, block_tokens=4, row_bytes=16,
                         hot_rows=4, slots=1)
     layers, block_bytes = 2, 4 * 16
@@ -232,7 +234,7 @@ def test_a_device_staging_pool_mirrors_each_page_with_a_gpu_block_too() -> None:
                                   executor=executor, pools=["cache0", "cache1"])
     runner._mirror = lambda pg, staged: ImportRunner._mirror(runner, pg, staged)
     staged = [(SimpleNamespace(host_block=5, gpu_block=None), 0),
-              (SimpleNamespace(host_block=7, gpu_block=2), 3)]
+              (SimpleNamespace(host_block=7, gpu_block=gpu_block), 3)]
     ImportRunner._copy_out(runner, staged)
-    resident = [layout.resident_row(2, 0) + r for r in range(4)]
+    resident = [layout.resident_row(gpu_block, 0) + r for r in range(4)]
     assert rows == [("cache0", resident, {30}), ("cache1", resident, {31})]

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hisparse.blockpool import BlockPool
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import HiSparseConfig
 from hisparse.connectors.multi import MultiConnectorScheduler, MultiConnectorWorker
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.layout import PoolLayout
@@ -40,27 +39,9 @@ from hisparse.workerport import LocalWorker
 from hisparse.workerproc import ProcessWorker, WorkerProcessError, serve
 from hisparse.workerwire import Frame, blob, pack, unpack
 from tests.connector_helpers import children
-from tests.protocol_helpers import attributes
+from tests.protocol_helpers import checked_coordinator, everything
 
-BLOCK = 64 * 656  # bytes of one host block under the default config
-
-
-def coordinator(
-    gpu: int = 4, host: int = 4, ranks: int = 1, backing: str = "private"
-) -> tuple[HiSparseCoordinator, BlockPool]:
-    cfg = HiSparseConfig(
-        host_pool_gib=(host * BLOCK + BLOCK // 2) / GIB,
-        tp_ranks=ranks,
-        backing=backing,  # type: ignore[arg-type]
-    )
-    kv = BlockPool(gpu)
-    return HiSparseCoordinator(cfg, kv, gpu_blocks=gpu, check=True), kv
-
-
-def everything(c: HiSparseCoordinator, kv: BlockPool) -> Any:
-    """Protocol state, the coordinator's own tables and HMA's pool."""
-    own = {k: v for k, v in attributes(c).items() if k not in ("machine", "kv")}
-    return c.state.clone(), copy.deepcopy(own), copy.deepcopy(vars(kv))
+coordinator = checked_coordinator
 
 
 def spilled(c: HiSparseCoordinator, r: str) -> int:

@@ -7,7 +7,6 @@ from multiprocessing import shared_memory
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 
 from hisparse import sharedpool
@@ -15,9 +14,7 @@ from hisparse.bench.cli import _tiling
 from hisparse.config import HiSparseConfig
 from hisparse.engine.tiling import SMS_TARGET, FusedTiling
 from hisparse.executor.errors import ExecutorError
-from hisparse.executor.layout import PoolLayout
 from hisparse.executor.reference import ReferenceExecutor
-from hisparse.pdimport.runner import ImportRunner
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.messages import HiSparseConnectorMetadata, SparseKVPageTransfer
 from hisparse.tlc.value import ValueSyntaxError, parse_value
@@ -115,31 +112,3 @@ def test_a_transfer_that_names_no_rank_is_taken_by_none() -> None:
                                                       replacements=()))
     assert w.executor.queued() == [7]
 
-
-def test_a_device_staging_pool_mirrors_a_page_into_gpu_block_0_too() -> None:
-    # block 0 is a block: the batched path (a device staging pool, the CUDA executor's;
-    # stand-ins here) mirrors a page bound for it (pdimport/runner.py:327:none:6 read 0
-    # as "no GPU block" and left its resident rows unwritten)
-    layout = PoolLayout(gpu_blocks=4, host_blocks=8, block_tokens=4, row_bytes=16,
-                        hot_rows=4, slots=1)
-    layers, block_bytes = 2, 4 * 16
-
-    class DeviceBuffer:
-        __cuda_array_interface__ = None  # only its presence is read
-
-    def view(slot: int) -> Any:
-        return np.repeat(np.array([10 * slot + i for i in range(layers)], np.uint8),
-                         block_bytes)
-
-    rows: list[tuple[str, list[int], set[int]]] = []
-    pool = SimpleNamespace(buffer=DeviceBuffer(), slot_bytes=layers * block_bytes, view=view)
-    executor = SimpleNamespace(
-        write_host_blocks=lambda pools, buffer, pairs: None,
-        write_device_rows=lambda pools, mirror, data: rows.append(
-            (pools, [int(r) for r in mirror], set(np.unique(data).tolist()))))
-    runner: Any = SimpleNamespace(transport=SimpleNamespace(pool=pool), layout=layout,
-                                  executor=executor, pools=["cache0", "cache1"])
-    runner._mirror = lambda pg, staged: ImportRunner._mirror(runner, pg, staged)
-    ImportRunner._copy_out(runner, [(SimpleNamespace(host_block=5, gpu_block=0), 1)])
-    resident = [layout.resident_row(0, 0) + r for r in range(4)]
-    assert rows == [("cache0", resident, {10}), ("cache1", resident, {11})]
