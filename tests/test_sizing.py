@@ -85,7 +85,9 @@ def test_plan_answers_from_geometry_alone() -> None:
     for row in p.rows:
         assert row.running == min(row.hisparse_max, row.host_holds)
     assert long.hisparse_max > 4 * long.disabled_max  # the point of HiSparse at 128k
-    assert p.rows[0].ratio < long.ratio  # and it grows with context
+    short_ratio, long_ratio = p.rows[0].ratio, long.ratio
+    assert short_ratio is not None and long_ratio is not None
+    assert short_ratio < long_ratio  # and it grows with context
 
 
 def test_plan_refuses_what_an_engine_refuses_at_startup() -> None:

@@ -15,7 +15,6 @@ activations and weights outside the KV budget.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -53,8 +52,12 @@ class PlanRow:
     running: int  # min(hisparse_max, host_holds): what this host pool lets run
 
     @property
-    def ratio(self) -> float:
-        return self.hisparse_max / self.disabled_max if self.disabled_max else math.inf
+    def ratio(self) -> float | None:
+        """``hisparse_max / disabled_max``, or None where the GPU holds no request of this
+        context with HiSparse off: it holds none with it on either (the admission
+        reserve is at least this context's pages), so there is no ratio to give, and
+        strict JSON has no Infinity."""
+        return self.hisparse_max / self.disabled_max if self.disabled_max else None
 
 
 @dataclass(frozen=True)
@@ -106,32 +109,31 @@ def plan(
             f"{ram / GIB:.1f} GiB of RAM: lower --host-gib to at most "
             f"{HOST_RAM_FRACTION * ram / GIB:.1f} (or give --machine-ram-gib for another machine)"
         )
-    g = geometry
     config = HiSparseConfig(  # the one place block counts come from
-        host_pool_gib=host_gib, gpu_kv_gib=gpu_kv_gib, block_tokens=g.block_tokens,
-        row_bytes=g.row_bytes, top_k=g.top_k, layers=g.layers,
-        index_leaders=g.index_leaders, hot_rows=hot_rows,
+        host_pool_gib=host_gib, gpu_kv_gib=gpu_kv_gib, block_tokens=geometry.block_tokens,
+        row_bytes=geometry.row_bytes, top_k=geometry.top_k, layers=geometry.layers,
+        index_leaders=geometry.index_leaders, hot_rows=hot_rows,
     )
     longest = max(contexts)
-    need = pages_of(longest, g.block_tokens)
+    need = pages_of(longest, geometry.block_tokens)
     if config.host_blocks < need:
         raise PlanRefused(
             f"host pool {host_gib:g} GiB ({config.host_blocks:,} blocks) cannot hold one "
             f"longest request ({longest:,} tokens = {need:,} blocks of "
-            f"{g.block_bytes / 2**20:.2f} MiB): raise --host-gib to at least "
-            f"{need * g.block_bytes / GIB:.2f}"
+            f"{geometry.block_bytes / 2**20:.2f} MiB): raise --host-gib to at least "
+            f"{need * geometry.block_bytes / GIB:.2f}"
         )
     gpu = int(gpu_kv_gib * GIB)
-    reserve = need * g.block_bytes
-    lru = LRU_BYTES_PER_HOT_ROW * config.hot * g.indexers
+    reserve = need * geometry.block_bytes
+    lru = LRU_BYTES_PER_HOT_ROW * config.hot * geometry.indexers
     rows = []
     for c in contexts:
-        pages = pages_of(c, g.block_tokens)
-        index_keys = c * g.indexer_bytes_per_token
-        off = pages * g.block_bytes + index_keys
-        on = config.hot_bytes + lru + TAIL_PAGES * g.block_bytes + index_keys
+        pages = pages_of(c, geometry.block_tokens)
+        index_keys = c * geometry.indexer_bytes_per_token
+        off = pages * geometry.block_bytes + index_keys
+        on = config.hot_bytes + lru + TAIL_PAGES * geometry.block_bytes + index_keys
         on_max = max(0, (gpu - reserve) // on)
-        host_req = pages * g.block_bytes
+        host_req = pages * geometry.block_bytes
         holds = config.host_blocks // pages
         rows.append(PlanRow(
             context=c, pages=pages, disabled_bytes=off, disabled_max=gpu // off,
@@ -139,11 +141,15 @@ def plan(
             host_needed=on_max * host_req, host_holds=holds, running=min(on_max, holds),
         ))
     return Plan(
-        model=g.name, gpu_kv_gib=gpu_kv_gib, host_gib=host_gib,
-        host_blocks=config.host_blocks, block_bytes=g.block_bytes, hot_rows=config.hot,
+        model=geometry.name, gpu_kv_gib=gpu_kv_gib, host_gib=host_gib,
+        host_blocks=config.host_blocks, block_bytes=geometry.block_bytes, hot_rows=config.hot,
         hot_bytes=config.hot_bytes, lru_bytes=lru, admission_reserve=reserve,
         longest=longest, min_host_blocks=need, machine_ram=ram, rows=tuple(rows),
     )
+
+
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
 
 
 def _mib(n: float) -> str:
@@ -176,7 +182,7 @@ def plan_lines(p: Plan, geometry: ModelGeometry) -> list[str]:
     for r in p.rows:
         out.append(
             f"{r.context:>8,} | {_mib(r.disabled_bytes):>11} | {r.disabled_max:>7,} | "
-            f"{_mib(r.hisparse_bytes):>10} | {r.hisparse_max:>6,} | {r.ratio:>5.2f}x | "
+            f"{_mib(r.hisparse_bytes):>10} | {r.hisparse_max:>6,} | {_ratio(r.ratio):>6} | "
             f"{_gib(r.host_needed):>19} | {r.host_holds:>15,} | {r.running:>7,}"
         )
     out += [
