@@ -433,8 +433,7 @@ class ProtocolMachine:
         if not up:
             raise ActionNotEnabled("ConsumeMeta", f"no worker meta of rank {w} to consume")
         if s.lost[w]:
-            raise ActionNotEnabled("ConsumeMeta", f"rank {w} has a gap: its metas are refused "
-                                                  "until the worker-loss path runs")
+            raise _gap_refusal(w)
         meta = up[0]
         enq = self._resolve_ids(meta.enqueued, "sent", _NO_IDS, w) if meta.enqueued else []
         done = self._completed_hosts(meta, set(enq), w) if meta.completed else []
@@ -520,6 +519,8 @@ class ProtocolMachine:
             raise UnknownRank(w, s.config.ranks)
         if s.up[w] or s.w_enq[w] or s.w_done[w]:
             raise ActionNotEnabled("WorkerReport", "a previous worker meta is still pending")
+        if s.lost[w]:  # ConsumeMeta refuses every meta of a rank with a gap
+            raise _gap_refusal(w)
         if len(enqueued) > 1:
             _refuse_repeats(enqueued)
         if len(completed) > 1:
@@ -1032,12 +1033,19 @@ class ProtocolMachine:
         return True
 
     def ReportImport(self, r: RequestId) -> None:
-        """Every page landed and no slot is held: the done ack goes up."""
+        """Every page landed and no slot is held: the done ack goes up. The pages' slots
+        and staged chunks go with it: none are held here (``_reported``) but where a bug
+        reports early (the spec's ``report_partial_page`` branch); the guard itself
+        changes nothing, since listing the enabled moves calls it too."""
         s, a = self.state, "ReportImport"
         self._request(a, r)
         x = s.imp_of(r)
         if x.phase != "landing" or not self._reported(r):
             raise ActionNotEnabled(a, f"request {r!r}'s import is {x.phase}, or not landed")
+        for i in range(1, len(s.page_keys[r]) + 1):
+            y = s.pg.get((r, i))
+            if y is not None and (y.slot or y.staged):
+                s.pg[(r, i)] = y._replace(slot=False, staged=frozenset())
         s.imp[r] = x._replace(phase="landed")
         if self._observed:
             self._done(a, {"request": r})
@@ -1469,6 +1477,12 @@ class ProtocolMachine:
             todo[0][1]()
             n += 1
         return n
+
+
+def _gap_refusal(w: int) -> ActionNotEnabled:
+    """ConsumeMeta's refusal of a meta from rank w while it has a gap (``lost``)."""
+    return ActionNotEnabled("ConsumeMeta", f"rank {w} has a gap: its metas are refused "
+                                           "until the worker-loss path runs")
 
 
 def _refuse_repeats(ids: Sequence[int]) -> None:

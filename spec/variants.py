@@ -216,17 +216,10 @@ def release_before_mirror(m: ProtocolMachine, p: Page) -> bool:
 
 
 def report_partial_page(m: ProtocolMachine, r: str) -> bool:
-    """The worker reports an import done once every page has some chunk copied (and
-    drops its slots with the report)."""
+    """The worker reports an import done once every page has some chunk copied, slots
+    held or not (ReportImport drops them with the report)."""
     s = m.state
-    pages = [(r, i) for i in range(1, len(s.page_keys[r]) + 1)]
-    if not all(s.pg_of(p).landed for p in pages):
-        return False
-    for p in pages:
-        y = s.pg_of(p)
-        if y.slot or y.staged:
-            s.pg[p] = y._replace(slot=False, staged=frozenset())
-    return True
+    return all(s.pg_of((r, i)).landed for i in range(1, len(s.page_keys[r]) + 1))
 
 
 def fail_keeps_host_blocks(m: ProtocolMachine) -> bool:

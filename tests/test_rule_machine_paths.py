@@ -108,6 +108,11 @@ def test_a_completed_ack_before_the_enqueued_one_and_one_never_owed() -> None:
     e = refused(m, lambda: m.check_report((), (tid,), 1), UnknownTransfer)
     assert type(e) is UnknownTransfer and "before its enqueued ack" in e.reason
     m.LoseCommand(tid, 1)  # the command is gone: rank 1 runs no copy of it
+    # until the loss path runs, rank 1 has a gap: ConsumeMeta takes no meta of it
+    e = refused(m, lambda: m.check_report((), (tid,), 1), ActionNotEnabled)
+    assert str(e) == ("ConsumeMeta is not enabled: rank 1 has a gap: its metas are "
+                      "refused until the worker-loss path runs")
+    m.WorkerLoss(1)  # the loss path: the gap is gone, and so is the command
     e = refused(m, lambda: m.check_report((), (tid,), 1), AckNotOwed)
     assert isinstance(e, AckNotOwed) and "no copy of it runs" in e.reason
 
