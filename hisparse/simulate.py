@@ -32,7 +32,7 @@ from hisparse.rows import locality_topk, rows_of
 from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
 from hisparse.spec.errors import InvariantViolation, MessageGap
 from hisparse.spec.messages import CONNECTOR_METADATA, WORKER_META, HiSparseConnectorMetadata
-from hisparse.spec.state import Loc
+from hisparse.spec.state import Loc, RequestId
 from hisparse.worker import HiSparseWorker
 from hisparse.workerport import DecodeRows, LocalWorker, WorkerPort
 from hisparse.workload import (
@@ -373,8 +373,7 @@ class Simulation:
             self.report.never_admitted += 1
             return
         if a.request_id in self.importing and self.pd is not None:  # its import failed,
-            del self.importing[a.request_id]  # it retired, and its ID is declared again
-            self.pd.failed(a.request_id)
+            self._import_ended(a.request_id)  # it retired, and its ID is declared again
         self.pages[a.request_id] = np.array([self._key_id(k) for k in a.page_keys], np.int64)
         tokens = None if self.pd is None else self.pd.draw(len(a.page_keys))
         if tokens is not None and self.pd is not None and not self.pd.hold(
@@ -530,11 +529,22 @@ class Simulation:
         self.importing[r] = self.decode_steps[r]
         return True
 
+    def _import_ended(self, r: RequestId) -> None:
+        """r's import failed or was aborted, and it retired: nothing was published. An
+        abort counts once, whenever the end is seen (at the next step, or when the ID
+        comes back first), and the ID may be aborted again when it is used again."""
+        assert self.pd is not None
+        self.pd.failed(r)
+        del self.importing[r]
+        if r in self.pd.aborted:
+            self.pd.aborted.discard(r)
+            self.report.aborted += 1
+
     def _schedule_imports(self) -> None:
         """Imports that ended since the last step: completed ones run (every rank binds the
         table; their bytes came by import, nothing is prefilled), failed ones end."""
         assert self.pd is not None
-        c, rep = self.coordinator, self.report
+        c = self.coordinator
         s = c.state
         for r in list(self.importing):
             status = s.req.get(r)  # a failed import retires at once (None)
@@ -554,10 +564,7 @@ class Simulation:
                     port.admit(r, table)
                 self.running[r] = self.importing.pop(r)
             elif status is None:  # failed or aborted: nothing was published
-                self.pd.failed(r)
-                del self.importing[r]
-                if r in self.pd.aborted:
-                    rep.aborted += 1
+                self._import_ended(r)
 
     def _advance_imports(self) -> None:
         if self.pd is not None:

@@ -202,8 +202,9 @@ class ProcessWorker:
         wait = self.timeout_s if timeout_s is None else timeout_s
         if not self._stopper.alive or self._conn.closed:
             raise WorkerProcessError(f"rank {self.rank}: the worker process was stopped")
+        frame = pack(op, head, arrays)  # a FrameError here is the caller's: nothing sent
         try:
-            self._conn.send_bytes(pack(op, head, arrays))
+            self._conn.send_bytes(frame)
             if not self._conn.poll(wait):
                 self._kill()  # it does not answer: no polite close either
                 raise WorkerProcessError(

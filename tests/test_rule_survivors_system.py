@@ -1,13 +1,19 @@
-"""Rules of the executors that survivors of the whole mutation run
-showed (lines the suite ran without asserting their effect; docs/mutation-run7)."""
+"""Rules of the executors, the worker process and the P/D simulation that survivors of
+the whole mutation run showed (lines the suite ran without asserting their effect;
+docs/mutation-run7)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from hisparse.config import HiSparseConfig
 from hisparse.executor import PoolLayout, ReferenceExecutor
 from hisparse.executor.errors import PendingHostWrite
+from hisparse.simulate import SimulateOptions, Simulation
+from hisparse.workerproc import ProcessWorker
+from hisparse.workerwire import FrameError
+from hisparse.workload import Arrival
 
 LAYOUT = PoolLayout(gpu_blocks=2, host_blocks=4, block_tokens=2, row_bytes=16, hot_rows=3,
                     slots=2)
@@ -32,3 +38,34 @@ def test_a_host_read_is_refused_while_transfer_zero_is_queued_into_its_block() -
     assert ex.completed() == [0]
     assert (ex.read_host_rows(pools, np.array([4, 5], np.int64))
             == np.arange(32, dtype=np.uint8).reshape(2, 16)).all()
+
+
+def test_rows_a_frame_cannot_carry_are_refused_and_the_worker_answers_on() -> None:
+    """A refusal changes nothing: data of a dtype no frame carries is the caller's error,
+    refused before anything is sent, not a broken worker (it stopped the child before)."""
+    config = HiSparseConfig(host_pool_blocks=4, block_tokens=4, row_bytes=16, top_k=4,
+                            layers=1)
+    w = ProcessWorker(0, config, gpu_blocks=4, slots=2, executor="reference",
+                      max_positions=16)
+    try:
+        with pytest.raises(FrameError, match=r"^a frame carries .*, not <f4$"):
+            w.write_rows(np.zeros(1, np.int64),
+                         np.zeros((1, 16), np.float32))
+        assert w.queued() == () and w.d2h_bytes() == 0  # the same worker, still answering
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("back_at", [2, 3, 4, 10])
+def test_an_aborted_import_counts_once_whenever_its_id_comes_back(back_at: int) -> None:
+    """The simulator aborts the first import of "r" mid-import; "r" arrives again at
+    ``back_at``. The abort counts once in the report, as the import figures count it,
+    whether the run saw the import end at its next step or only when the ID came back
+    (at step 2 it was not counted)."""
+    keys = ("k0", "k1", "k2", "k3")
+    opts = SimulateOptions(pd_share=1.0, gpu_blocks=16, host_blocks=16, steps=30,
+                           abort_rate=1.0)
+    rep = Simulation(opts, [Arrival(0, "r", keys, 3), Arrival(back_at, "r", keys, 3)]).run()
+    assert rep.violations == 0
+    assert rep.imports["failed_by_reason"] == {"aborted": 1}
+    assert rep.aborted == 1

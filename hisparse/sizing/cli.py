@@ -206,8 +206,6 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     """``hisparse plan``: answer, or refuse with one line (exit 2)."""
-    from pydantic import ValidationError
-
     g = model(args.model)
     ram = None if args.machine_ram_gib is None else int(args.machine_ram_gib * GIB)
     try:
@@ -216,8 +214,6 @@ def run_plan(args: argparse.Namespace) -> int:
                  machine_ram=ram)
     except PlanRefused as exc:
         return _err(str(exc))
-    except ValidationError as exc:
-        return _err("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()))
     for line in plan_lines(p, g):
         print(line)
     if args.json is not None:

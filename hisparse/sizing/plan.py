@@ -19,6 +19,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from hisparse.config import GIB, HiSparseConfig
 from hisparse.models import ModelGeometry
 
@@ -109,11 +111,15 @@ def plan(
             f"{ram / GIB:.1f} GiB of RAM: lower --host-gib to at most "
             f"{HOST_RAM_FRACTION * ram / GIB:.1f} (or give --machine-ram-gib for another machine)"
         )
-    config = HiSparseConfig(  # the one place block counts come from
-        host_pool_gib=host_gib, gpu_kv_gib=gpu_kv_gib, block_tokens=geometry.block_tokens,
-        row_bytes=geometry.row_bytes, top_k=geometry.top_k, layers=geometry.layers,
-        index_leaders=geometry.index_leaders, hot_rows=hot_rows,
-    )
+    try:
+        config = HiSparseConfig(  # the one place block counts come from
+            host_pool_gib=host_gib, gpu_kv_gib=gpu_kv_gib, block_tokens=geometry.block_tokens,
+            row_bytes=geometry.row_bytes, top_k=geometry.top_k, layers=geometry.layers,
+            index_leaders=geometry.index_leaders, hot_rows=hot_rows,
+        )
+    except ValidationError as exc:  # the engine's own startup refusal, in its words
+        raise PlanRefused("; ".join(e["msg"].removeprefix("Value error, ")
+                                    for e in exc.errors())) from None
     longest = max(contexts)
     need = pages_of(longest, geometry.block_tokens)
     if config.host_blocks < need:
