@@ -21,6 +21,8 @@ from hisparse.simulate import SimulateOptions
 from hisparse.sizing.plan import PlanRefused, plan
 from hisparse.spec import variants
 from hisparse.spec.catalogue import CATALOGUE, disagreements
+from hisparse.spec.constants import ProtocolConfig
+from hisparse.spec.errors import ActionNotEnabled
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import HiSparseConnectorMetadata, HiSparseWorkerMeta
 from tests.test_rule_offloading_edges import _scheduler, _state
@@ -212,3 +214,22 @@ def test_a_gpu_budget_an_engine_refuses_is_a_plan_refusal_in_the_engines_words()
     assert str(info.value) == (
         "gpu_kv_gib=0.1 holds no whole GPU block once 1 requests' hot rows (0.15 GiB each) "
         "are reserved: raise gpu_kv_gib or lower the running requests")
+
+
+def test_a_host_import_the_pool_cannot_hold_is_refused_by_its_capacity() -> None:
+    """An import of more pages than the host pool has room for is refused as such, naming
+    the pages and the pool's use, and changes nothing. (spec/machine.py's AdmitImport
+    capacity refusal removed, the refusal came from the free-block list instead, naming
+    four blocks it did not mean to lease.)"""
+    cfg = ProtocolConfig(gpu_blocks=2, host_pool_bytes=9, host_block_bytes=2, chunks=2,
+                         staging_slots=2)
+    m = ProtocolMachine.create(cfg)
+    m.add_import("r1", tuple(f"k{i}" for i in range(5)))
+    m.ImportArrive("r1")
+    assert m.ChooseTarget("r1") == "host"
+    before = m.state.clone()
+    with pytest.raises(ActionNotEnabled) as info:
+        m.AdmitImport("r1")
+    assert str(info.value) == ("AdmitImport is not enabled: host pool cannot hold 5 more "
+                               "blocks (0 of 4 in use)")
+    assert m.state == before

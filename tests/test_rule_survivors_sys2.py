@@ -223,9 +223,10 @@ def test_a_worker_that_does_not_answer_is_killed_at_once_and_never_asked_to_clos
         stop(proc, conn)
 
     monkeypatch.setattr(workerproc, "_stop", recorded)  # the finalizer takes it at start
-    w = process_worker(timeout_s=0.01)
+    w = process_worker()  # a running child answers within the usual wait, however busy
     try:
         assert w.queued() == ()
+        w.timeout_s = 0.01  # a stopped one never answers: a short wait decides as well
         pid = w.pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)

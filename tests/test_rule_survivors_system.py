@@ -4,13 +4,19 @@ docs/mutation-run7)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import numpy as np
 import pytest
 
 from hisparse.config import HiSparseConfig
 from hisparse.executor import PoolLayout, ReferenceExecutor
 from hisparse.executor.errors import PendingHostWrite
+from hisparse.msgfaults import MessageFaults
 from hisparse.simulate import SimulateOptions, Simulation
+from hisparse.spec.errors import MessageGap
+from hisparse.workerport import LocalWorker
 from hisparse.workerproc import ProcessWorker
 from hisparse.workerwire import FrameError
 from hisparse.workload import Arrival
@@ -69,3 +75,72 @@ def test_an_aborted_import_counts_once_whenever_its_id_comes_back(back_at: int) 
     assert rep.violations == 0
     assert rep.imports["failed_by_reason"] == {"aborted": 1}
     assert rep.aborted == 1
+
+
+@dataclass
+class _RoutedFaults(MessageFaults):
+    """The run's own channel faults, keeping each connector metadata routed down and the
+    ranks it was routed to."""
+
+    down: dict[bytes, list[int]] = field(default_factory=dict)
+
+    def route(self, direction: str, rank: int, raw: bytes) -> list[bytes]:
+        if direction == "down":
+            self.down.setdefault(raw, []).append(rank)
+        return super().route(direction, rank, raw)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_gap_at_one_rank_leaves_every_other_rank_its_steps_metadata(seed: int) -> None:
+    """Each connector metadata goes to every rank, whatever befalls one of them: a rank
+    that meets a gap takes the loss path and the ranks after it still get the message.
+    (hisparse/simulate.py:691:loop:7 stopped at the gap: the ranks after it missed the
+    step's commands.)"""
+    opts = SimulateOptions(requests=8, steps=80, seed=seed, message_faults=1 / 3, tp=2,
+                           gpu_blocks=20, host_blocks=40)
+    sim = Simulation(opts)
+    faults = sim.faults = _RoutedFaults(opts.message_faults, opts.seed, opts.tp)
+    rep = sim.run()
+    assert rep.violations == 0 and rep.message_faults["gaps"] > 0
+    assert faults.down and all(sorted(set(r)) == [0, 1] for r in faults.down.values())
+
+
+class _GapsTaken(Simulation):
+    """A simulation that keeps, in order, each rank whose receiver refused connector
+    metadata past a lost one and each rank that took the loss path."""
+
+    def __init__(self, opts: SimulateOptions) -> None:
+        super().__init__(opts)
+        self.events: list[tuple[str, int]] = []
+        for port in self.ports:
+            assert isinstance(port, LocalWorker)
+            inner = port.bind
+
+            def bind(raw: bytes, inner: Callable[[bytes], None] = inner,
+                     rank: int = port.rank) -> None:
+                try:
+                    inner(raw)
+                except MessageGap:
+                    self.events.append(("refused", rank))
+                    raise
+
+            port.bind = bind  # type: ignore[method-assign]
+
+    def _gap(self, rank: int, t: int) -> None:
+        self.events.append(("loss path", rank))
+        super()._gap(rank, t)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_rank_that_refuses_metadata_past_a_lost_one_takes_the_loss_path_at_once(
+        seed: int) -> None:
+    """(hisparse/simulate.py:697:call:102 went on to the next rank: the refusing rank's
+    worker kept its gap until some later message noticed it)"""
+    sim = _GapsTaken(SimulateOptions(requests=8, steps=80, seed=seed, message_faults=1 / 3,
+                                     tp=2, gpu_blocks=20, host_blocks=40))
+    rep = sim.run()
+    assert rep.violations == 0
+    refused = [i for i, e in enumerate(sim.events) if e[0] == "refused"]
+    assert refused
+    for i in refused:
+        assert sim.events[i + 1] == ("loss path", sim.events[i][1])

@@ -371,6 +371,8 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/sizing/plan.py:112:var:12": "g is geometry (an alias, removed since)",
     "hisparse/sizing/plan.py:112:var:13": "g is geometry (an alias, removed since)",
     "hisparse/sizing/plan.py:116:var:16": "g is geometry (an alias, removed since)",
+    "hisparse/simulate.py:278:none:41": "a SharedHostPool defines no __bool__/__len__: truthy",
+    "spec/machine.py:901:none:63": "a GPU owner is None or a (request, page) pair: truthy",
 }
 
 
