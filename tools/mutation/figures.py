@@ -373,6 +373,16 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/sizing/plan.py:116:var:16": "g is geometry (an alias, removed since)",
     "hisparse/simulate.py:278:none:41": "a SharedHostPool defines no __bool__/__len__: truthy",
     "spec/machine.py:901:none:63": "a GPU owner is None or a (request, page) pair: truthy",
+    "hisparse/indexer_sim.py:144:none:2": "an Admission (NamedTuple of three) is always truthy",
+    "hisparse/indexer_sim.py:186:reorder:3": "a released request always has its indexer blocks",
+    "hisparse/indexer_sim.py:184:none:4": "indexer blocks: one per page, never empty",
+    "hisparse/indexer_sim.py:199:none:5": "indexer blocks to free: one per page, never empty",
+    "hisparse/indexer_sim.py:197:reorder:4": "a key deleted and put back: only dict order moves",
+    "hisparse/indexer_sim.py:269:call:29": "the drain's own rounds left nothing to deliver",
+    "hisparse/indexer_sim.py:221:reorder:5": "stage stores a reference; the metrics only read",
+    "hisparse/indexer_sim.py:219:none:6": "connector metadata (pydantic model) is truthy",
+    "hisparse/indexer_sim.py:229:none:8": "None or a non-empty JSON object's bytes",
+    "hisparse/indexer_sim.py:233:reorder:7": "immutable bytes: metrics and children read apart",
 }
 
 
