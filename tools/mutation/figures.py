@@ -383,6 +383,13 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/indexer_sim.py:219:none:6": "connector metadata (pydantic model) is truthy",
     "hisparse/indexer_sim.py:229:none:8": "None or a non-empty JSON object's bytes",
     "hisparse/indexer_sim.py:233:reorder:7": "immutable bytes: metrics and children read apart",
+    "hisparse/connectors/offloading.py:200:reorder:6": "an append to a fresh local list moved",
+    "hisparse/connectors/offload_store.py:163:reorder:3": "an append to a local list moved",
+    "hisparse/connectors/offload_store.py:162:call:5": "the key was just set: already last",
+    "hisparse/connectors/offloading.py:165:none:2": "OffloadMetadata (pydantic model) is truthy",
+    "hisparse/connectors/offloading.py:133:none:1": "a Job (frozen dataclass) is always truthy",
+    "hisparse/workerproc.py:69:none:3": "a LocalWorker defines no __bool__/__len__: truthy",
+    "hisparse/pdimport/sim.py:139:reorder:1": "the figure count and the drop touch apart",
 }
 
 
