@@ -390,6 +390,8 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/connectors/offloading.py:133:none:1": "a Job (frozen dataclass) is always truthy",
     "hisparse/workerproc.py:69:none:3": "a LocalWorker defines no __bool__/__len__: truthy",
     "hisparse/pdimport/sim.py:139:reorder:1": "the figure count and the drop touch apart",
+    "hisparse/bench/churn.py:79:reorder:1": "attribute of an object whose __post_init__ raises",
+    "hisparse/coordinator.py:530:none:16": "a Loc is None or a (tier, block) pair: truthy",
 }
 
 
