@@ -392,6 +392,21 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/pdimport/sim.py:139:reorder:1": "the figure count and the drop touch apart",
     "hisparse/bench/churn.py:79:reorder:1": "attribute of an object whose __post_init__ raises",
     "hisparse/coordinator.py:530:none:16": "a Loc is None or a (tier, block) pair: truthy",
+    "hisparse/tp/run.py:164:loop:1": "past the bound every later request is skipped too",
+    "hisparse/tp/run.py:166:none:9": "an Admission (NamedTuple of three) is always truthy",
+    "hisparse/tp/run.py:183:none:13": "connector metadata (pydantic model) is always truthy",
+    "hisparse/tp/run.py:515:none:7": "a Scheduler defines no __bool__/__len__: truthy",
+    "hisparse/tp/run.py:546:none:1": "close is None or a bound method (truthy)",
+    "hisparse/tp/run.py:282:none:3": "timer is None or a function (truthy)",
+    "hisparse/tp/run.py:356:none:11": "a CuPy Stream has no __bool__/__len__: truthy (H200)",
+    "hisparse/tp/run.py:267:reorder:7": "a pure array built before an early return: discarded",
+    "hisparse/tp/run.py:307:int:5": "position 0 is page 0 on either branch",
+    "hisparse/tp/run.py:307:cmp:26": "position 0 is page 0 on either branch",
+    "hisparse/tp/run.py:309:int:10": "position 0 is offset 0 on either branch",
+    "hisparse/tp/run.py:309:cmp:42": "position 0 is offset 0 on either branch",
+    "hisparse/tp/run.py:323:int:9": "row 0 is row 0 on either branch",
+    "hisparse/tp/run.py:323:cmp:39": "row 0 is row 0 on either branch",
+    "hisparse/tp/run.py:507:reorder:12": "the done plan admits none; its releases are not read",
 }
 
 
