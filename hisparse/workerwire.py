@@ -9,6 +9,7 @@ raw bytes. Connector metadata and worker metas travel inside as their own wire b
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,10 +65,14 @@ def unpack(raw: bytes) -> Frame:
         raise FrameError("bad frame header: op, head or arrays of the wrong type")
     arrays = []
     at = end
-    for dtype, shape in spec:
-        if dtype not in _DTYPES or not all(isinstance(d, int) and d >= 0 for d in shape):
+    for entry in spec:
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise FrameError(f"bad array in frame: {entry!r}")
+        dtype, shape = entry
+        if dtype not in _DTYPES or not isinstance(shape, list) or not all(
+                type(d) is int and d >= 0 for d in shape):
             raise FrameError(f"bad array in frame: {dtype} {shape}")
-        size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        size = math.prod(shape) * np.dtype(dtype).itemsize  # exact: no int64 wrap-around
         if at + size > len(raw):
             raise FrameError("frame shorter than its arrays")
         arrays.append(np.frombuffer(raw, dtype=dtype, count=size // np.dtype(dtype).itemsize,

@@ -4,13 +4,16 @@ docs/mutation-run7)."""
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-from hisparse.config import HiSparseConfig
+from hisparse import workerwire
+from hisparse.config import GIB, HiSparseConfig
 from hisparse.executor import PoolLayout, ReferenceExecutor
 from hisparse.executor.errors import PendingHostWrite
 from hisparse.msgfaults import MessageFaults
@@ -18,7 +21,7 @@ from hisparse.simulate import SimulateOptions, Simulation
 from hisparse.spec.errors import MessageGap
 from hisparse.workerport import LocalWorker
 from hisparse.workerproc import ProcessWorker
-from hisparse.workerwire import FrameError
+from hisparse.workerwire import FrameError, unpack
 from hisparse.workload import Arrival
 
 LAYOUT = PoolLayout(gpu_blocks=2, host_blocks=4, block_tokens=2, row_bytes=16, hot_rows=3,
@@ -144,3 +147,40 @@ def test_a_rank_that_refuses_metadata_past_a_lost_one_takes_the_loss_path_at_onc
     assert refused
     for i in refused:
         assert sim.events[i + 1] == ("loss path", sim.events[i][1])
+
+
+def _frame(arrays: object) -> bytes:
+    body = json.dumps({"op": "x", "head": {}, "arrays": arrays}).encode()
+    return struct.pack("<I", len(body)) + body
+
+
+@pytest.mark.parametrize(("arrays", "message"), [
+    ([["zz", [1]]], "bad array in frame: zz [1]"),  # no dtype a frame carries
+    ([5], "bad array in frame: 5"),  # not a (dtype, shape) pair
+    ([["<i8"]], "bad array in frame: ['<i8']"),
+    ([["<i8", 3]], "bad array in frame: <i8 3"),  # a shape that is no list
+    ([["<i8", [True]]], "bad array in frame: <i8 [True]"),  # a bool is no size
+    ([["<i8", [2**62, 2**62]]], "frame shorter than its arrays"),  # past int64: no wrap
+])
+def test_a_frame_whose_arrays_are_malformed_is_refused_as_a_frame_error(
+        arrays: object, message: str) -> None:
+    """Bytes from the other side of the pipe get the wire's typed error, whatever their
+    array list holds (a TypeError or ValueError escaped before, and a shape past int64
+    wrapped to a size of 0; hisparse/workerwire.py:70:reorder:1 sized a dtype before
+    checking it)."""
+    assert struct.calcsize("<I") == workerwire._LEN.size
+    with pytest.raises(FrameError) as info:
+        unpack(_frame(arrays))
+    assert str(info.value) == message
+
+
+def test_gpu_blocks_with_hisparse_disabled_need_the_gpu_budget_not_the_host_pools() -> None:
+    """(hisparse/config.py:147:var:13 tested the host pool's budget instead)"""
+    host_only = HiSparseConfig(host_pool_gib=1, block_tokens=4, row_bytes=16, top_k=4,
+                               layers=1)
+    with pytest.raises(ValueError, match=r"^gpu_blocks_disabled needs gpu_kv_gib \(a budget "
+                                         r"in GiB\)$"):
+        _ = host_only.gpu_blocks_disabled
+    by_blocks = HiSparseConfig(host_pool_blocks=4, gpu_kv_gib=1, block_tokens=4,
+                               row_bytes=16, top_k=4, layers=1)
+    assert by_blocks.gpu_blocks_disabled == GIB // by_blocks.host_block_bytes

@@ -407,6 +407,9 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/tp/run.py:323:int:9": "row 0 is row 0 on either branch",
     "hisparse/tp/run.py:323:cmp:39": "row 0 is row 0 on either branch",
     "hisparse/tp/run.py:507:reorder:12": "the done plan admits none; its releases are not read",
+    "hisparse/config.py:147:none:3": "gpu_kv_gib is None or above 0 (gt=0), never 0.0",
+    "hisparse/cli.py:545:none:6": "--json is None or a Path (out_path), always truthy",
+    "hisparse/cli.py:547:none:7": "--plot is None or a Path (out_path), always truthy",
 }
 
 
