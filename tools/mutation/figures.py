@@ -410,6 +410,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/config.py:147:none:3": "gpu_kv_gib is None or above 0 (gt=0), never 0.0",
     "hisparse/cli.py:545:none:6": "--json is None or a Path (out_path), always truthy",
     "hisparse/cli.py:547:none:7": "--plot is None or a Path (out_path), always truthy",
+    "hisparse/workerproc.py:133:call:23": "the close's answer read from a pipe closed next",
 }
 
 
