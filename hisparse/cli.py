@@ -489,6 +489,7 @@ def _simulate_options(args: argparse.Namespace) -> Any:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from hisparse.config import refusal_line
     from hisparse.indexer_sim import indexer_lines
     from hisparse.report import (
         ReportError,
@@ -527,7 +528,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     except argparse.ArgumentTypeError as exc:
         return _err(str(exc))
     except ValidationError as exc:
-        return _err("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()))
+        return _err(refusal_line(exc))
     except (WorkloadError, ReportError, ExecutorError, ValueError, RuntimeError) as exc:
         return _err(str(exc))  # bad trace, no matplotlib/prometheus, no CuPy or GPU
     for line in header_lines(sim.report.sizes):

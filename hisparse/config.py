@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hisparse.executor.layout import (
     PoolLayout,
@@ -22,6 +22,12 @@ from hisparse.spec.constants import ProtocolConfig
 GIB = 1 << 30
 # DeepSeek-V3.2 FP8 sparse MLA row: 512 NoPE bytes + 16 scale bytes + 128 RoPE bytes.
 DSV32_ROW_BYTES = 512 + 16 + 128
+
+
+def refusal_line(exc: ValidationError) -> str:
+    """A config's refusal in one line, in the validator's own words (for a CLI's exit 2
+    and ``PlanRefused``): pydantic's report spans lines and names its error types."""
+    return "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
 
 
 def blocks_in(gib: float, block_bytes: int) -> int:

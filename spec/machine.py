@@ -1032,6 +1032,15 @@ class ProtocolMachine:
                 return False
         return True
 
+    def _end_staging(self, r: RequestId) -> None:
+        """r's pages give back their staging slots and staged chunks (the spec's
+        ``[pg[p] EXCEPT !.slot = FALSE, !.staged = {}]`` over ``PagesOf(r)``)."""
+        s = self.state
+        for i in range(1, len(s.page_keys[r]) + 1):
+            y = s.pg.get((r, i))
+            if y is not None and (y.slot or y.staged):
+                s.pg[(r, i)] = y._replace(slot=False, staged=frozenset())
+
     def ReportImport(self, r: RequestId) -> None:
         """Every page landed and no slot is held: the done ack goes up. The pages' slots
         and staged chunks go with it: none are held here (``_reported``) but where a bug
@@ -1042,10 +1051,7 @@ class ProtocolMachine:
         x = s.imp_of(r)
         if x.phase != "landing" or not self._reported(r):
             raise ActionNotEnabled(a, f"request {r!r}'s import is {x.phase}, or not landed")
-        for i in range(1, len(s.page_keys[r]) + 1):
-            y = s.pg.get((r, i))
-            if y is not None and (y.slot or y.staged):
-                s.pg[(r, i)] = y._replace(slot=False, staged=frozenset())
+        self._end_staging(r)
         s.imp[r] = x._replace(phase="landed")
         if self._observed:
             self._done(a, {"request": r})
@@ -1059,10 +1065,7 @@ class ProtocolMachine:
         if x.phase != "landing":
             raise ActionNotEnabled(a, f"request {r!r}'s import is {x.phase}")
         s.imp[r] = x._replace(phase="failed")
-        for i in range(1, len(s.page_keys[r]) + 1):
-            y = s.pg.get((r, i))
-            if y is not None and (y.slot or y.staged):
-                s.pg[(r, i)] = y._replace(slot=False, staged=frozenset())
+        self._end_staging(r)
         if self._observed:
             self._done(a, {"request": r})
 

@@ -43,6 +43,19 @@ def _worker(gpu_blocks: int = 8, capacity: int = 8) -> OffloadingWorker:
     return OffloadingWorker(KVLayout(block_tokens=4), gpu, capacity)
 
 
+def one_round(s: OffloadingScheduler, w: OffloadingWorker) -> bytes:
+    """The scheduler's metadata to the worker, every copy landed, its acks back (the
+    worker meta returned, as sent)."""
+    raw = s.build_connector_meta()
+    assert raw is not None
+    w.bind_metadata(w.parse_metadata(raw))
+    w.land()
+    back = w.get_worker_meta()
+    assert back is not None
+    s.apply_worker_meta(s.parse_worker_meta(back))
+    return back
+
+
 def _state(s: OffloadingScheduler) -> dict[str, object]:
     """Everything the scheduler holds, its store's table spelled out (no ``__eq__``)."""
     out = {k: v for k, v in s.__dict__.items() if k not in ("_layout", "store")}
@@ -138,13 +151,7 @@ def test_external_tokens_restore_exactly_their_whole_blocks(block_tokens: int) -
         s, w = _scheduler(block_tokens), _worker()
         s.add_request("r", ("a", "b", "c"))
         s.save("r", [("a", 0), ("b", 1), ("c", 2)])
-        raw = s.build_connector_meta()
-        assert raw is not None
-        w.bind_metadata(w.parse_metadata(raw))
-        w.land()
-        back = w.get_worker_meta()
-        assert back is not None
-        s.apply_worker_meta(s.parse_worker_meta(back))
+        one_round(s, w)
         s.update_state_after_alloc("r", [5, 6, 7], tokens)
         n = tokens // block_tokens
         assert s.get_stats()["restores"] == n

@@ -8,12 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-import hisparse.indexer_sim as indexer_sim_module
-from hisparse.connectors.hisparse_child import HiSparseSchedulerChild
 from hisparse.connectors.multi import MultiConnectorScheduler
 from hisparse.connectors.offloading import Completed
 from hisparse.connectors.wire import MULTI_MESSAGE, ChildBytes
-from hisparse.coordinator import Admission, Loc
+from hisparse.coordinator import Loc
 from hisparse.indexer_sim import IndexerSimulation, indexer_lines
 from hisparse.simulate import SimulateOptions, SimulateReport
 from hisparse.spec.suffix import SuffixPlan
@@ -21,7 +19,6 @@ from hisparse.workerport import WorkerPort
 from hisparse.workload import Arrival
 from tests.test_rule_survivors_misc import _Recording
 from tests.test_rule_survivors_sys2 import Answering
-from tests.test_rule_uncovered_simulate import ONE
 
 # synthetic, seed 0: prefix sharing makes restores, fallbacks and GPU indexer hits happen
 OPTS = SimulateOptions(indexer_offload=True, offload_blocks=96)
@@ -42,29 +39,21 @@ def test_an_indexer_group_as_large_as_the_gpu_pool_is_accepted_and_a_smaller_one
         IndexerSimulation(replace(OPTS, gpu_blocks=16, indexer_gpu_blocks=15))
 
 
-# --- admission: a broken promise leaves the indexer group untouched -----------------------
-
-
-def test_an_admission_the_hisparse_child_refuses_is_named_before_any_indexer_block_is_taken(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # HiSparse's refusal after the pool check is an error, raised before the indexer
-    # group hands out a block: every block is still free, none cached, none referenced
-    # (kills indexer_sim.py:146:reorder:1, which took the request's blocks first)
-    class Refusing(HiSparseSchedulerChild):
-        def admit(self, request_id: str) -> Admission | None:
-            return None
-
-    monkeypatch.setattr(indexer_sim_module, "HiSparseSchedulerChild", Refusing)
-    sim = IndexerSimulation(SimulateOptions(indexer_offload=True), ONE)
-    with pytest.raises(RuntimeError, match=r"^HMA refused r0 after granting 3 blocks$"):
-        sim.run()
-    g = sim.group
-    assert g.num_free == g.blocks and g.evictions == 0
-    assert g._cached == {} and not any(g._refs)
-    assert sim.ix_blocks == {} and sim.counts["admissions"] == 0
-
-
 # --- admission: concurrency, GPU indexer hits, every computed block cached ----------------
+
+
+class NoPrefillY(IndexerSimulation):
+    """Request "y"'s GPU-resident MLA rows are never prefilled: it reads wrong bytes."""
+
+    def _prefill(self, r: str, table: list[Loc]) -> None:
+        if r != "y":
+            super()._prefill(r, table)
+
+
+NO_PREFILL_ARRIVALS = [Arrival(0, "x", ("p0", "p1"), 2),
+                       Arrival(6, "y", ("p0", "p1", "y2"), 2)]
+NO_PREFILL_OPTS = SimulateOptions(indexer_offload=True, gpu_blocks=8, steps=20,
+                                  abort_rate=0.0)
 
 
 class Watched(IndexerSimulation):
@@ -232,18 +221,11 @@ def test_the_indexer_run_still_counts_wrong_mla_rows_as_data_mismatches() -> Non
     # a request whose GPU-resident MLA rows are never prefilled reads wrong bytes: the
     # indexer run counts those rows in data_mismatches though every indexer row is right
     # (kills indexer_sim.py:239:call:15, which compared only the indexer rows)
-    class NoPrefill(IndexerSimulation):
-        def _prefill(self, r: str, table: list[Loc]) -> None:
-            if r != "y":
-                super()._prefill(r, table)
-
-    arrivals = [Arrival(0, "x", ("p0", "p1"), 2), Arrival(6, "y", ("p0", "p1", "y2"), 2)]
-    opts = SimulateOptions(indexer_offload=True, gpu_blocks=8, steps=20, abort_rate=0.0)
-    rep = NoPrefill(opts, arrivals).run()
+    rep = NoPrefillY(NO_PREFILL_OPTS, NO_PREFILL_ARRIVALS).run()
     assert rep.finished == 2 and rep.violations == 0
     assert rep.indexer["mismatches"] == 0 and rep.indexer["rows_checked"] == 640
     assert rep.data_mismatches > 0
-    clean = IndexerSimulation(opts, arrivals).run()
+    clean = IndexerSimulation(NO_PREFILL_OPTS, NO_PREFILL_ARRIVALS).run()
     assert clean.data_mismatches == 0 and clean.indexer["rows_checked"] == 640
 
 

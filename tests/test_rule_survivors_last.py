@@ -12,12 +12,12 @@ import pytest
 
 import hisparse.simulate as simulate_module
 from hisparse.cli import EXIT_OK, EXIT_VIOLATION, main
-from hisparse.coordinator import Loc
 from hisparse.indexer_sim import IndexerSimulation
 from hisparse.simulate import SimulateOptions, Simulation
 from hisparse.sizing.baseline import DisabledRun
 from hisparse.workerproc import WorkerProcessError
 from hisparse.workload import Arrival
+from tests.test_rule_survivors_ixsim import NO_PREFILL_ARRIVALS, NO_PREFILL_OPTS, NoPrefillY
 from tests.test_rule_survivors_sys2 import process_worker, reap
 
 
@@ -32,19 +32,9 @@ def test_requests_still_waiting_when_the_disabled_run_ends_count_as_never_admitt
     assert rep.waiting == [1, 1]
 
 
-class _NoPrefill(IndexerSimulation):
-    """Request "y"'s GPU-resident MLA rows are never prefilled: it reads wrong bytes."""
-
-    def _prefill(self, r: str, table: list[Loc]) -> None:
-        if r != "y":
-            super()._prefill(r, table)
 
 
-_ARRIVALS = [Arrival(0, "x", ("p0", "p1"), 2), Arrival(6, "y", ("p0", "p1", "y2"), 2)]
-_OPTS = SimulateOptions(indexer_offload=True, gpu_blocks=8, steps=20, abort_rate=0.0)
-
-
-@pytest.mark.parametrize(("sim", "status"), [(_NoPrefill, EXIT_VIOLATION),
+@pytest.mark.parametrize(("sim", "status"), [(NoPrefillY, EXIT_VIOLATION),
                                              (IndexerSimulation, EXIT_OK)])
 def test_simulate_exits_with_a_violation_on_data_mismatches_even_with_no_violation(
         sim: type[IndexerSimulation], status: int, monkeypatch: pytest.MonkeyPatch,
@@ -54,7 +44,7 @@ def test_simulate_exits_with_a_violation_on_data_mismatches_even_with_no_violati
     made: list[Simulation] = []
 
     def make(opts: SimulateOptions, metrics: object = None) -> Simulation:
-        made.append(sim(_OPTS, _ARRIVALS))
+        made.append(sim(NO_PREFILL_OPTS, NO_PREFILL_ARRIVALS))
         return made[-1]
 
     monkeypatch.setattr(simulate_module, "make_simulation", make)

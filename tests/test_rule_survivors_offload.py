@@ -13,7 +13,13 @@ from hisparse.connectors.base import MalformedChildMessage
 from hisparse.connectors.multi import MultiConnectorScheduler
 from hisparse.connectors.offload_store import OffloadStore
 from hisparse.connectors.wire import OFFLOAD_METADATA, BlockCopy, OffloadMetadata
-from tests.test_rule_offloading_edges import BLOCK_BYTES, _scheduler, _state, _worker
+from tests.test_rule_offloading_edges import (
+    BLOCK_BYTES,
+    _scheduler,
+    _state,
+    _worker,
+    one_round,
+)
 
 
 def _store_state(s: OffloadStore) -> dict[str, object]:
@@ -95,13 +101,7 @@ def test_an_ack_for_a_job_already_acked_is_refused_as_never_sent() -> None:
     offloading.py:191:call:3, which kept it sent)."""
     s, w = _scheduler(), _worker()
     s.save("r", [("a", 0)])
-    raw = s.build_connector_meta()
-    assert raw is not None
-    w.bind_metadata(w.parse_metadata(raw))
-    w.land()
-    back = w.get_worker_meta()
-    assert back is not None
-    s.apply_worker_meta(s.parse_worker_meta(back))
+    back = one_round(s, w)
     assert [j.block for j in s.take_completed().stores] == ["a"]
     before = _state(s)
     with pytest.raises(MalformedChildMessage,

@@ -18,10 +18,10 @@ import hisparse.tp.run as tp_run
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.executor.reference import ReferenceExecutor
 from hisparse.tp.group import PipeGroup
-from hisparse.tp.run import RankReport, RankSide, Scheduler, TpOptions, plan_limit, run_rank
+from hisparse.tp.run import RankSide, Scheduler, TpOptions, plan_limit, run_rank
 from hisparse.workload import Arrival
 from tests.protocol_helpers import ZeroDraws
-from tests.test_rule_tp_run import OPTIONS
+from tests.test_rule_tp_run import OPTIONS, side_at_first_decode
 
 SMALL = TpOptions(executor="reference", ranks=1, requests=8, steps=30, seed=3)
 
@@ -175,24 +175,9 @@ def test_consume_checks_the_invariants_of_the_coordinators_state_and_a_failed_ch
     assert sched.steps_checked == 1
 
 
-def _side() -> tuple[Scheduler, RankSide, dict[str, Any]]:
-    """A scheduler and a reference rank fed its plans up to the first decode."""
-    o = OPTIONS
-    config = o.config()
-    sched = Scheduler(o, config)
-    side = RankSide(o, config, ReferenceExecutor(), RankReport(0, "private", "private"))
-    for t in range(o.steps):
-        plan = sched.plan(t)
-        side.front(plan)
-        side.apply(plan["meta"])
-        if plan["topk"]:
-            return sched, side, plan
-    raise AssertionError("no decode")
-
-
 def test_a_released_request_leaves_the_ranks_page_keys() -> None:
     # kills tp/run.py:254:call:29 (the keys of a released request kept)
-    _, side, plan = _side()
+    _, side, plan = side_at_first_decode()
     r = next(iter(plan["topk"]))
     assert r in side.pages
     side.front({"released": [r], "admitted": []})
@@ -202,7 +187,7 @@ def test_a_released_request_leaves_the_ranks_page_keys() -> None:
 def test_an_empty_metadata_string_is_refused_not_taken_as_no_commands() -> None:
     """Only ``None`` means no commands; any string is validated as connector metadata,
     so an empty one is refused (kills tp/run.py:276:none:2, which skipped it)."""
-    _, side, _ = _side()
+    _, side, _ = side_at_first_decode()
     before = (side.report.spills_taken, side.report.spill_us[:], side.worker._enqueued[:])
     with pytest.raises(pydantic.ValidationError, match="EOF while parsing"):
         side.apply("")
@@ -224,17 +209,8 @@ class Reads(ReferenceExecutor):
 def test_a_rank_reads_its_own_pools_with_its_executor_and_the_oracles_with_the_oracles(
 ) -> None:
     # kills tp/run.py:325:var:49 (the oracle's pools read with the worker's executor)
-    o = OPTIONS
-    config = o.config()
-    sched = Scheduler(o, config)
     mine = Reads()
-    side = RankSide(o, config, mine, RankReport(0, "private", "private"))
-    for t in range(o.steps):
-        plan = sched.plan(t)
-        side.front(plan)
-        side.apply(plan["meta"])
-        if plan["topk"]:
-            break
+    _, side, plan = side_at_first_decode(mine)
     mine.read.clear()
     side.decode(plan["topk"], plan["step"])
     own = {id(h.runtime.pools) for h in side.worker.handles}

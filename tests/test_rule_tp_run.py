@@ -56,6 +56,25 @@ from tests.protocol_helpers import ZeroDraws
 OPTIONS = TpOptions(executor="reference", ranks=2, requests=8, steps=30, seed=3)
 
 
+def side_at_first_decode(
+    executor: Any = None,
+) -> tuple[Scheduler, RankSide, dict[str, Any]]:
+    """A scheduler and a private rank (``executor``, the reference one by default) fed
+    its plans up to the first that decodes, which is returned with them."""
+    o = OPTIONS
+    config = o.config()
+    sched = Scheduler(o, config)
+    side = RankSide(o, config, executor if executor is not None else ReferenceExecutor(),
+                    RankReport(0, "private", "private"))
+    for t in range(o.steps):
+        plan = sched.plan(t)
+        side.front(plan)
+        side.apply(plan["meta"])
+        if plan["topk"]:
+            return sched, side, plan
+    raise AssertionError("no plan decodes")
+
+
 class RecordingGroup(PipeGroup):
     """A ``PipeGroup`` that keeps what each collective returned on this rank."""
 
@@ -285,16 +304,7 @@ def test_a_rank_whose_oracle_reads_other_bytes_counts_mismatches() -> None:
     the rank's own oracle: a worker that reads the right bytes still counts mismatches
     when its oracle's rows differ (tp/run.py:321:var:45 read the worker's rows in the
     oracle's place: the oracle was never compared)."""
-    o = OPTIONS
-    config = o.config()
-    sched = Scheduler(o, config)
-    side = RankSide(o, config, ReferenceExecutor(), RankReport(0, "private", "private"))
-    for t in range(o.steps):
-        plan = sched.plan(t)
-        side.front(plan)
-        side.apply(plan["meta"])
-        if plan["topk"]:
-            break
+    _, side, plan = side_at_first_decode()
     clean = side.decode(plan["topk"], plan["step"])
     assert side.report.mismatches == 0 and side.report.rows_checked > 0
     for oh in side.oracle.handles:  # the oracle's device rows, every byte flipped

@@ -191,6 +191,12 @@ def test_an_admission_the_hisparse_child_refuses_after_the_pool_check_is_an_erro
     assert isinstance(sim.hs_child, Refusing)
     with pytest.raises(RuntimeError, match=r"^HMA refused r0 after granting 3 blocks$"):
         sim.run()
+    # raised before the indexer group hands out a block: every block still free, none
+    # cached, none referenced (indexer_sim.py:146:reorder:1 took the blocks first)
+    g = sim.group
+    assert g.num_free == g.blocks and g.evictions == 0
+    assert g._cached == {} and not any(g._refs)
+    assert sim.ix_blocks == {} and sim.counts["admissions"] == 0
 
 
 def test_an_indexer_group_that_refuses_after_can_allocate_is_an_error(

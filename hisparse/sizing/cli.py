@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hisparse.cliargs import csv_of, out_path, positive_float, positive_int, probability
-from hisparse.config import GIB
+from hisparse.config import GIB, refusal_line
 from hisparse.models import MODELS, model
 from hisparse.sizing.plan import PlanRefused, machine_ram_bytes, plan, plan_lines
 from hisparse.sizing.replay import (
@@ -149,7 +149,7 @@ def run_model_simulate(args: argparse.Namespace, defaults: dict[str, object]) ->
     except argparse.ArgumentTypeError as exc:
         return _err(str(exc))
     except ValidationError as exc:
-        return _err("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()))
+        return _err(refusal_line(exc))
     except (ReportError, ValueError) as exc:
         return _err(str(exc))
     start, cpu = time.monotonic(), time.process_time()

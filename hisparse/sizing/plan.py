@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hisparse.config import GIB, HiSparseConfig
+from hisparse.config import GIB, HiSparseConfig, refusal_line
 from hisparse.models import ModelGeometry
 
 TAIL_PAGES = 2  # resident pages a running request keeps (the engine bench's steady state)
@@ -118,8 +118,7 @@ def plan(
             index_leaders=geometry.index_leaders, hot_rows=hot_rows,
         )
     except ValidationError as exc:  # the engine's own startup refusal, in its words
-        raise PlanRefused("; ".join(e["msg"].removeprefix("Value error, ")
-                                    for e in exc.errors())) from None
+        raise PlanRefused(refusal_line(exc)) from None
     longest = max(contexts)
     need = pages_of(longest, geometry.block_tokens)
     if config.host_blocks < need:
