@@ -251,6 +251,8 @@ class HiSparseCoordinator:
             self.kv.free(freed)
         if importing:
             self._abort_import(r)
+        else:  # an import never admitted: its size is all this side kept of it
+            self._import_size.pop(r, None)
         resident = self._resident
         for p in gpu:
             resident.pop(p, None)
@@ -819,6 +821,10 @@ class HiSparseCoordinator:
             "imp_gpu": len(s.imp_gpu),
             "imports": len(s.imports),
             "import_req": len(self._import_req),
+            "import_of": len(self._import_of),
+            "import_size": len(self._import_size),
+            "landed": len(self._landed),
+            "import_sent": len(self._import_sent),
             "imports_unsent": len(self._imports_unsent),
             "aborts_unsent": len(self._aborts_unsent),
         }

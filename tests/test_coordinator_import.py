@@ -131,6 +131,21 @@ def test_waiting_import_keeps_its_target_across_retries() -> None:
     assert_drained(c, kv)
 
 
+def test_an_import_aborted_before_admission_leaves_no_table_behind() -> None:
+    # an import never admitted (its admission never tried, or given up on) keeps only its
+    # size on this side; aborting it drops that too, and its ID can come back as an
+    # ordinary request (the coordinator kept (num_tokens, block_size) for it forever)
+    c, kv = make(gpu=4)
+    c.add_import("r", ["k1", "k2"], num_tokens=8, block_size=4)
+    assert c.table_sizes()["import_size"] == 1
+    c.abort("r")
+    assert_drained(c, kv)
+    c.add_request("r", ["k3"])
+    assert c.admit("r") is not None
+    c.finish("r")
+    assert_drained(c, kv)
+
+
 def test_abort_before_the_command_goes_down_fails_at_once() -> None:
     c, kv = make(gpu=4)
     c.add_import("r", ["k1", "k2"], num_tokens=8, block_size=4)
