@@ -287,20 +287,25 @@ class ImportRunner:
         ready = [i for i, state in enumerate(h.states)
                  if state is ChunkState.DONE and i not in imp.copied]
         staged: list[tuple[Any, int]] = []  # (page command, staging slot)
+        counts: list[tuple[int, int]] = []  # each ready chunk's (staged, direct) bytes
         for i in ready:
+            via_slot = direct = 0
             for p, dest in zip(h.chunks[i], h.dests[i] or (), strict=True):
                 nbytes = imp.request.valid_bytes(p)
                 if isinstance(dest, StagingLease):
                     staged.append((cmd.pages[p], dest.slot))
-                    self.stats.staged_bytes += nbytes
+                    via_slot += nbytes
                 else:
-                    self.stats.direct_bytes += nbytes
+                    direct += nbytes
+            counts.append((via_slot, direct))
         self._copy_out(staged)
-        for i in ready:
+        for i, (via_slot, direct) in zip(ready, counts, strict=True):
             leases = [d for d in h.dests[i] or () if isinstance(d, StagingLease)]
-            if leases:
+            if leases:  # a refused release leaves the chunk unsettled and uncounted
                 self.transport.pool.release(leases)
             imp.copied.add(i)
+            self.stats.staged_bytes += via_slot
+            self.stats.direct_bytes += direct
             self._landed.setdefault(cmd.import_id, []).extend(
                 cmd.pages[p].page_index for p in h.chunks[i])
 
