@@ -1,6 +1,6 @@
-"""Rules of the coordinator's P/D import admission and teardown, and of a recording
-machine's trace, that survivors of the whole mutation run showed (docs/mutation-run7):
-each line ran, but no test asserted its effect."""
+"""Rules of the coordinator's P/D import admission and teardown that survivors of the
+whole mutation run showed (docs/mutation-run7): each line ran, but no test asserted its
+effect."""
 
 from __future__ import annotations
 
@@ -12,44 +12,20 @@ import pytest
 from hisparse.blockpool import BlockPool
 from hisparse.coordinator import HiSparseCoordinator
 from hisparse.spec.errors import UnknownImport
-from hisparse.spec.messages import (
-    HiSparseWorkerMeta,
-    ImportCommand,
-    ImportFailure,
-    ImportLanded,
-)
+from hisparse.spec.messages import HiSparseWorkerMeta
 from tests.protocol_helpers import (
     attributes,
     checked_coordinator,
     everything,
 )
+from tests.test_coordinator_import import command, meta
 
 # the coordinator's own per-import tables (hisparse/coordinator.py, P/D import): an
-# import that ended holds an entry in none of them (table_sizes() names only some)
+# import that ended holds an entry in none of them
 IMPORT_TABLES = (
     "_import_req", "_import_of", "_import_size", "_landed", "_imports_unsent",
     "_aborts_unsent", "_import_sent",
 )
-
-
-def meta(
-    landed: dict[int, tuple[int, ...]] | None = None,
-    done: tuple[int, ...] = (),
-    failed: tuple[int, ...] = (),
-) -> HiSparseWorkerMeta:
-    """A worker meta carrying only import acks."""
-    return HiSparseWorkerMeta(
-        imports_landed=tuple(ImportLanded(import_id=i, pages=p) for i, p in (landed or {}).items()),
-        imports_done=done,
-        imports_failed=tuple(ImportFailure(import_id=i, reason="transport") for i in failed),
-    )
-
-
-def the_command(c: HiSparseCoordinator) -> ImportCommand:
-    """The one import command queued since the last call (and no abort)."""
-    cmds, aborts = c.take_imports()
-    assert len(cmds) == 1 and aborts == ()
-    return cmds[0]
 
 
 def import_tables(c: HiSparseCoordinator) -> dict[str, Any]:
@@ -67,7 +43,7 @@ def test_an_import_of_one_token_per_block_declares_one_page_per_token() -> None:
     c.add_import("r", ["k1", "k2", "k3"], num_tokens=3, block_size=1)
     assert c.state.req["r"] == "new" and c.state.imp["r"].phase == "announced"
     assert c.admit_import("r") == "device"
-    cmd = the_command(c)
+    cmd = command(c)
     assert (cmd.num_tokens, cmd.block_size) == (3, 1)
     assert [(p.page_index, p.key, p.valid_rows) for p in cmd.pages] == [
         (1, "k1", 1), (2, "k2", 1), (3, "k3", 1)]
@@ -93,7 +69,7 @@ def test_an_import_needing_exactly_the_whole_gpu_pool_is_admitted(
     c.add_import("r", list(keys), num_tokens=4 * len(keys), block_size=4)
     assert c.admit_import("r") == target
     assert c.state.req["r"] == "importing" and kv.num_free == gpu - leased
-    assert the_command(c).target == target
+    assert command(c).target == target
 
 
 # --- teardown: an ended import leaves every table ---------------------------------------
@@ -102,7 +78,7 @@ def test_an_import_needing_exactly_the_whole_gpu_pool_is_admitted(
 def end_by_completion(c: HiSparseCoordinator, kv: BlockPool) -> int:
     c.add_import("r", ["k1", "k2"], num_tokens=7, block_size=4)
     assert c.admit_import("r") == "device"
-    iid = the_command(c).import_id
+    iid = command(c).import_id
     c.on_worker_meta(meta({iid: (2,)}))
     c.on_worker_meta(meta({iid: (1,)}, done=(iid,)))
     assert c.state.req["r"] == "running"
@@ -115,7 +91,7 @@ def end_host_import_by_completion(c: HiSparseCoordinator, kv: BlockPool) -> int:
     assert c.admit("busy") is not None  # the pool's other block: r goes to host
     c.add_import("r", ["k1", "k2"], num_tokens=8, block_size=4)
     assert c.admit_import("r") == "host"
-    iid = the_command(c).import_id
+    iid = command(c).import_id
     c.on_worker_meta(meta({iid: (1, 2)}, done=(iid,)))
     assert c.state.req["r"] == "running"
     c.finish("r")
@@ -126,7 +102,7 @@ def end_host_import_by_completion(c: HiSparseCoordinator, kv: BlockPool) -> int:
 def end_by_failed_ack(c: HiSparseCoordinator, kv: BlockPool) -> int:
     c.add_import("r", ["k1", "k2"], num_tokens=8, block_size=4)
     c.admit_import("r")
-    iid = the_command(c).import_id
+    iid = command(c).import_id
     c.on_worker_meta(meta({iid: (1,)}))
     c.on_worker_meta(meta(failed=(iid,)))
     return iid
@@ -144,7 +120,7 @@ def end_by_abort_before_handover(c: HiSparseCoordinator, kv: BlockPool) -> int:
 def end_by_abort_mid_import(c: HiSparseCoordinator, kv: BlockPool) -> int:
     c.add_import("r", ["k1", "k2"], num_tokens=8, block_size=4)
     c.admit_import("r")
-    iid = the_command(c).import_id
+    iid = command(c).import_id
     c.on_worker_meta(meta({iid: (1,)}))
     c.abort("r")
     assert c.take_imports() == ((), (iid,))
@@ -155,7 +131,7 @@ def end_by_abort_mid_import(c: HiSparseCoordinator, kv: BlockPool) -> int:
 def end_by_abort_crossing_the_done_ack(c: HiSparseCoordinator, kv: BlockPool) -> int:
     c.add_import("r", ["k1", "k2"], num_tokens=8, block_size=4)
     c.admit_import("r")
-    iid = the_command(c).import_id
+    iid = command(c).import_id
     c.abort("r")
     c.on_worker_meta(meta({iid: (1, 2)}, done=(iid,)))
     return iid
@@ -164,7 +140,7 @@ def end_by_abort_crossing_the_done_ack(c: HiSparseCoordinator, kv: BlockPool) ->
 def end_by_worker_loss(c: HiSparseCoordinator, kv: BlockPool) -> int:
     c.add_import("r", ["k1", "k2"], num_tokens=8, block_size=4)
     c.admit_import("r")
-    iid = the_command(c).import_id
+    iid = command(c).import_id
     c.on_worker_meta(meta({iid: (2,)}))
     c.on_worker_lost(())
     return iid

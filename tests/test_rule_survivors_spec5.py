@@ -31,7 +31,7 @@ def walked_states(seeds: int = 4, steps: int = 60) -> Iterator[ProtocolMachine]:
             yield from import_walk(seed, steps, **config)
 
 
-def _snapshot(m: ProtocolMachine) -> tuple[Any, int, int]:
+def snapshot(m: ProtocolMachine) -> tuple[Any, int, int]:
     """The state, the invariant checks made and the recorded steps (a refusal changes none)."""
     assert m.steps is not None
     return m.state.clone(), m.invariant_checks, len(m.steps)
@@ -64,13 +64,13 @@ def test_an_import_admission_with_an_empty_or_out_of_range_gpu_block_list_is_ref
             if s.gpu_owner[-1] is None:
                 met["last block free"] += 1
             for blocks in ([], [-1, *free[1:]], [s.config.gpu_blocks, *free[1:]]):
-                before = _snapshot(m)
+                before = snapshot(m)
                 why = (f"{target} target needs {need} distinct free GPU blocks, "
                        f"got {blocks}")
                 with pytest.raises(ActionNotEnabled,
                                    match=f"^{re.escape(f'AdmitImport is not enabled: {why}')}$"):
                     m.AdmitImport(r, blocks)
-                assert _snapshot(m) == before
+                assert snapshot(m) == before
     assert met["device"] and met["host"] and met["last block free"], met
 
 

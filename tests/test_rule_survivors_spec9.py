@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -21,33 +20,18 @@ import hisparse.transport.nixlpeer as nixlpeer
 from hisparse.spec.errors import ActionNotEnabled, InvariantViolation
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.transport.nixlpeer import NixlPrefiller
-from tests.protocol_helpers import import_walk, make_machine
-
-# the walks: chunks of one and of two (staging in several steps), a few seeds each
-CONFIGS: list[dict[str, Any]] = [{}, {"chunks": 2}]
-
-
-def walked_states(seeds: int = 3, steps: int = 60) -> Iterator[ProtocolMachine]:
-    """Every state of seeded import walks (``import_walk``) under ``CONFIGS``."""
-    for config in CONFIGS:
-        for seed in range(seeds):
-            yield from import_walk(seed, steps, **config)
-
-
-def _snapshot(m: ProtocolMachine) -> tuple[Any, int, int]:
-    """The state, the invariant checks made and the recorded steps (a refusal changes none)."""
-    assert m.steps is not None
-    return m.state.clone(), m.invariant_checks, len(m.steps)
+from tests.protocol_helpers import make_machine
+from tests.test_rule_survivors_spec5 import snapshot, walked_states
 
 
 def _refused_exactly(m: ProtocolMachine, action: str, args: tuple[Any, ...],
                      reason: str) -> None:
     """``action(*args)`` is refused with exactly ``reason``; nothing changes."""
-    before = _snapshot(m)
+    before = snapshot(m)
     with pytest.raises(ActionNotEnabled,
                        match=f"^{re.escape(f'{action} is not enabled: {reason}')}$"):
         getattr(m, action)(*args)
-    assert _snapshot(m) == before
+    assert snapshot(m) == before
 
 
 # --- an import action names an unknown request unknown ----------------------------------
@@ -62,7 +46,7 @@ def test_an_import_action_naming_an_unknown_or_retired_request_refuses_it_as_unk
     (spec/machine.py:852:call:19, :1050:call:22 and :1063:call:24 each dropped the
     known-request check and refused it for its import's phase.)"""
     met: Counter[str] = Counter()
-    for m in walked_states():
+    for m in walked_states(seeds=3):
         s = m.state
         retired = sorted((m.declared_imports or set()) - set(s.req))
         for r in ["zz", *retired]:
@@ -95,10 +79,10 @@ def test_a_page_action_refuses_a_page_that_is_no_request_index_pair_as_unknown()
                 if PURE:
                     _refused_exactly(m, action, (bad, *rest), f"unknown page {bad!r}")
                 else:  # the mypyc build refuses a non-Page argument at the call itself
-                    before = _snapshot(m)
+                    before = snapshot(m)
                     with pytest.raises(TypeError, match=r"^tuple\[str, int\] object expected"):
                         getattr(m, action)(bad, *rest)
-                    assert _snapshot(m) == before
+                    assert snapshot(m) == before
     assert met["states"] >= 40, met
 
 
