@@ -441,13 +441,13 @@ class GatedLoopback(LoopbackTransport):
         return self.open and bool(super()._post(handle, chunk))
 
 
-@pytest.mark.parametrize("how", ["abort", "worker loss"])
-def test_nothing_is_released_while_a_read_is_in_flight(how: str) -> None:
-    """An abort (or a worker loss) with READs posted: the slots and blocks they write stay
-    held, and nothing is reported, until those READs end."""
+def gated(slots: int = 4) -> tuple[ImportRunner, GatedLoopback, StagingPool, LoopbackPrefiller]:
+    """A runner over a loopback whose READs stay in flight until ``open``: import 0 of
+    request "a" (3 pages to host blocks 0-2, chunks of one page, window 2) started and
+    advanced until its first two chunks hold slots 0 and 1 with their READs in flight."""
     executor = ReferenceExecutor()
     pools = [executor.allocate(LAYOUT) for _ in range(LAYERS)]
-    staging = StagingPool(4 * PAGE, 4, PAGE)
+    staging = StagingPool(slots * PAGE, slots, PAGE)
     peer = LoopbackPrefiller("p", np.zeros((8, PAGE), np.uint8))
     peer.put("a", np.full((3, PAGE), 7, np.uint8))
     tr = GatedLoopback(staging, 1, 2)
@@ -456,6 +456,15 @@ def test_nothing_is_released_while_a_read_is_in_flight(how: str) -> None:
     runner.start(command(0, "a", "host", 3 * BLOCK, [None] * 3, [0, 1, 2]))
     for _ in range(3):
         runner.advance()
+    return runner, tr, staging, peer
+
+
+@pytest.mark.parametrize("how", ["abort", "worker loss"])
+def test_nothing_is_released_while_a_read_is_in_flight(how: str) -> None:
+    """An abort (or a worker loss) with READs posted: the slots and blocks they write stay
+    held, and nothing is reported, until those READs end."""
+    runner, tr, staging, _ = gated()
+    pools = runner.pools
     assert staging.in_use == 2 and runner.live[0].handle.in_flight == 2
     if how == "abort":
         runner.abort(0)

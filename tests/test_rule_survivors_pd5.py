@@ -10,24 +10,21 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hisparse.bench.nixl as nixl_bench
-from hisparse.executor.reference import ReferenceExecutor
 from hisparse.pdimport import ImportRunner, ImportStats
 from hisparse.transport import LoopbackPrefiller, StagingPool, TransportError
 from hisparse.transport.staging import StagingLease
 from tests.test_pdimport_runner import (
     BLOCK,
     LAYERS,
-    LAYOUT,
-    PAGE,
     ROW,
     GatedLoopback,
     Rig,
     command,
     drain,
+    gated,
 )
 from tests.test_rule_uncovered_transport import _stand_ins
 
@@ -65,20 +62,8 @@ def test_the_runner_counts_each_import_done_once_and_each_failure_once(rig: Rig)
 
 
 def _gated(slots: int = 4) -> tuple[ImportRunner, GatedLoopback, StagingPool, LoopbackPrefiller]:
-    """A runner over a loopback whose READs stay in flight until ``open``: import 0 of
-    request "a" (3 pages to host blocks 0-2, chunks of one page, window 2) started and
-    advanced until its first two chunks hold slots 0 and 1 with their READs in flight."""
-    executor = ReferenceExecutor()
-    pools = [executor.allocate(LAYOUT) for _ in range(LAYERS)]
-    staging = StagingPool(slots * PAGE, slots, PAGE)
-    peer = LoopbackPrefiller("p", np.zeros((8, PAGE), np.uint8))
-    peer.put("a", np.full((3, PAGE), 7, np.uint8))
-    tr = GatedLoopback(staging, 1, 2)
-    tr.connect(peer)
-    runner = ImportRunner(tr, executor, pools, LAYOUT, peer, "p")
-    runner.start(command(0, "a", "host", 3 * BLOCK, [None] * 3, [0, 1, 2]))
-    for _ in range(3):
-        runner.advance()
+    """``gated`` (its first two chunks' READs in flight), its chunks checked."""
+    runner, tr, staging, peer = gated(slots)
     h = runner.live[0].handle
     assert h.in_flight == 2 and h.leases == (StagingLease("a", 0), StagingLease("a", 1))
     assert [h.bound(i) for i in range(3)] == [True, True, False]

@@ -11,21 +11,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hisparse.executor.reference import ReferenceExecutor
 from hisparse.pdimport import ImportRunner
-from hisparse.transport import LoopbackPrefiller, StagingPool, TransportError
+from hisparse.transport import TransportError
 from hisparse.transport.staging import StagingLease
 from tests.test_pdimport_runner import (
     BLOCK,
     LAYERS,
-    LAYOUT,
-    PAGE,
-    GatedLoopback,
     Rig,
     command,
     device_block,
     drain,
     expected_block,
+    gated,
     host_block,
 )
 
@@ -82,17 +79,8 @@ def test_a_landed_chunk_whose_slot_release_is_refused_stays_unsettled_and_unrepo
     # pdimport/runner.py:303:reorder:3, which settled chunk 0 before the release, so the
     # next advance leased its slot again for chunk 2 and finished the import with page 1
     # never reported)
-    executor = ReferenceExecutor()
-    pools = [executor.allocate(LAYOUT) for _ in range(LAYERS)]
-    staging = StagingPool(4 * PAGE, 4, PAGE)
-    peer = LoopbackPrefiller("p", np.zeros((8, PAGE), np.uint8))
-    peer.put("a", np.full((3, PAGE), 7, np.uint8))
-    tr = GatedLoopback(staging, 1, 2)
-    tr.connect(peer)
-    runner = ImportRunner(tr, executor, pools, LAYOUT, peer, "p")
-    runner.start(command(0, "a", "host", 3 * BLOCK, [None] * 3, [0, 1, 2]))
-    for _ in range(3):
-        runner.advance()
+    runner, tr, staging, _ = gated()
+    pools = runner.pools
     h = runner.live[0].handle
     assert h.in_flight == 2 and h.leases == (StagingLease("a", 0), StagingLease("a", 1))
     staging.release([StagingLease("a", 0)])

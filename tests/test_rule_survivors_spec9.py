@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from hisparse.spec.errors import ActionNotEnabled, InvariantViolation
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.transport.nixlpeer import NixlPrefiller
 from tests.protocol_helpers import make_machine
+from tests.test_rule_survivors_report import _holds_until_stopped
 from tests.test_rule_survivors_spec5 import snapshot, walked_states
 
 
@@ -122,16 +122,6 @@ def test_a_reader_rank_that_skips_its_gap_forgets_its_own_gap_and_gaps_detected_
 
 
 # --- killing a prefiller that already exited --------------------------------------------
-
-
-def _holds_until_stopped(name: str, conn: Connection) -> None:
-    """A stand-in prefiller child (no NIXL): takes the pages, answers with metadata,
-    and exits 0 on ``stop``."""
-    pages = conn.recv()
-    conn.send((b"stand-in metadata", 0, pages.shape[1], pages.shape[0]))
-    while conn.recv() != "stop":
-        conn.send("put")
-    conn.send("stopped")
 
 
 def test_killing_a_prefiller_that_already_stopped_only_reaps_it(
