@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from hisparse.tlc import TlcError, TlcInstall, ensure_tlc
+
+if TYPE_CHECKING:
+    from tests.test_pdimport_runner import Rig
 
 GPU_WORD = "GPU"
 
@@ -82,6 +85,29 @@ def tlc() -> TlcInstall:
         return ensure_tlc()
     except TlcError as exc:
         pytest.fail(f"TLC is required for these tests and is not usable: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def nixl_available() -> None:
+    """NIXL is required where a test asks for it, like TLC: its absence fails the test."""
+    from hisparse.transport import TransportError
+    from hisparse.transport.nixlpeer import load_nixl
+
+    try:
+        load_nixl()
+    except TransportError as exc:
+        pytest.fail(f"NIXL is required for these tests: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def loopback_rig() -> Iterator[Rig]:
+    """An import runner over the loopback transport (``tests/test_pdimport_runner.Rig``),
+    closed after the test (its staging slots back, its prefillers reaped)."""
+    from tests.test_pdimport_runner import Rig
+
+    rig = Rig("loopback")
+    yield rig
+    rig.close()
 
 
 @pytest.fixture

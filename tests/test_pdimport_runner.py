@@ -23,7 +23,6 @@ from hisparse.transport import (
     LoopbackPrefiller,
     LoopbackTransport,
     StagingPool,
-    TransportError,
 )
 
 LAYERS, BLOCK, ROW = 2, 4, 16
@@ -31,16 +30,6 @@ PAGE = LAYERS * BLOCK * ROW
 LAYOUT = PoolLayout(gpu_blocks=8, host_blocks=8, block_tokens=BLOCK, row_bytes=ROW,
                     hot_rows=4, slots=1)
 _names = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def nixl_available() -> None:
-    try:
-        from hisparse.transport.nixlpeer import load_nixl
-
-        load_nixl()
-    except TransportError as exc:
-        pytest.fail(f"NIXL is required for these tests: {exc}", pytrace=False)
 
 
 class Rig:

@@ -40,17 +40,6 @@ def _unique(prefix: str) -> str:
     return f"{prefix}-rule{next(_names)}"
 
 
-@pytest.fixture(scope="module")
-def nixl() -> None:
-    """NIXL is required here: its absence fails the test."""
-    try:
-        from hisparse.transport.nixlpeer import load_nixl
-
-        load_nixl()
-    except TransportError as exc:
-        pytest.fail(f"NIXL is required for these tests: {exc}", pytrace=False)
-
-
 class Recording:
     """Wraps a NIXL agent: logs posts, checks and remote-agent removals; a handle in
     ``err_post`` answers ``ERR`` when posted, one in ``err_check`` is posted (its real
@@ -137,7 +126,7 @@ class Rig:
 
 
 @pytest.fixture
-def rig(nixl: None) -> Iterator[Rig]:
+def rig(nixl_available: None) -> Iterator[Rig]:
     r = Rig()
     yield r
     r.close()
@@ -331,7 +320,7 @@ def test_close_finishes_the_imports_still_held(rig: Rig) -> None:
 
 @pytest.mark.parametrize("pages", [np.zeros((2, 2, PAGE), np.uint8), np.zeros(PAGE, np.uint8),
                                    np.zeros((2, PAGE), np.int16)])
-def test_a_prefiller_takes_one_uint8_row_per_page(nixl: None, pages: np.ndarray) -> None:
+def test_a_prefiller_takes_one_uint8_row_per_page(nixl_available: None, pages: np.ndarray) -> None:
     from hisparse.transport.nixlpeer import NixlPrefiller
 
     with pytest.raises(ValueError) as err:
@@ -372,7 +361,7 @@ def test_a_refused_put_holds_no_rows(rig: Rig) -> None:
 
 
 def test_a_prefiller_that_dies_starting_up_is_a_transport_error(
-    nixl: None, monkeypatch: pytest.MonkeyPatch
+    nixl_available: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The child's agent cannot start (no NIXL plugins where it looks): it dies before it
     reads its pages, and the parent, whose pipe is reset, says so as a TransportError."""

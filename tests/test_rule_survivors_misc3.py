@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -197,62 +196,55 @@ def test_a_failure_ack_with_an_unknown_reason_is_named_before_its_detail_is_read
 # --- the import runner ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def rig() -> Iterator[Rig]:
-    r = Rig("loopback")
-    yield r
-    r.close()
-
-
-def test_a_worker_loss_counts_each_import_in_flight_as_lost_once(rig: Rig) -> None:
+def test_a_worker_loss_counts_each_import_in_flight_as_lost_once(loopback_rig: Rig) -> None:
     # two imports in flight at a worker loss: the runner's failure reasons count two
     # worker_lost, nothing else (kills pdimport/runner.py:205:arith:1, which counted -2)
-    rig.hold("a", 3 * BLOCK, 1)
-    rig.hold("b", 3 * BLOCK, 2)
-    rig.runner.start(command(0, "a", "host", 3 * BLOCK, [None] * 3, [0, 1, 2]))
-    rig.runner.start(command(1, "b", "host", 3 * BLOCK, [None] * 3, [3, 4, 5]))
-    rig.runner.advance()
-    assert rig.runner.stats.reasons == Counter()
-    assert sorted(rig.runner.restart()) == [0, 1]
-    assert rig.runner.stats.reasons == Counter({"worker_lost": 2})
+    loopback_rig.hold("a", 3 * BLOCK, 1)
+    loopback_rig.hold("b", 3 * BLOCK, 2)
+    loopback_rig.runner.start(command(0, "a", "host", 3 * BLOCK, [None] * 3, [0, 1, 2]))
+    loopback_rig.runner.start(command(1, "b", "host", 3 * BLOCK, [None] * 3, [3, 4, 5]))
+    loopback_rig.runner.advance()
+    assert loopback_rig.runner.stats.reasons == Counter()
+    assert sorted(loopback_rig.runner.restart()) == [0, 1]
+    assert loopback_rig.runner.stats.reasons == Counter({"worker_lost": 2})
 
 
-def test_a_worker_loss_takes_every_unsent_import_ack_with_it(rig: Rig) -> None:
+def test_a_worker_loss_takes_every_unsent_import_ack_with_it(loopback_rig: Rig) -> None:
     # an import done (its ack not taken yet), one failed at once, one in flight with a
     # page landed: after the loss nothing is reported, a done import's ack neither
     # (kills pdimport/runner.py:213:call:2, which kept the done ack for the new worker)
-    rig.hold("d", 1 * BLOCK, 3)
-    rig.runner.start(command(0, "d", "device", 1 * BLOCK, [3], [None]))
+    loopback_rig.hold("d", 1 * BLOCK, 3)
+    loopback_rig.runner.start(command(0, "d", "device", 1 * BLOCK, [3], [None]))
     for _ in range(10):
-        rig.runner.advance()
-        if not rig.runner.live:
+        loopback_rig.runner.advance()
+        if not loopback_rig.runner.live:
             break
-    assert not rig.runner.live  # "d" is done, its acks wait
-    rig.hold("c", 2 * BLOCK, 4)
-    configured, rig.runner.prefiller = rig.runner.prefiller, "the-configured-one"
-    rig.runner.start(command(1, "c", "host", 2 * BLOCK, [None, None], [5, 6]))
-    rig.runner.prefiller = configured
-    rig.hold("a", 3 * BLOCK, 5)
-    rig.runner.start(command(2, "a", "host", 3 * BLOCK, [None] * 3, [0, 1, 2]))
-    rig.runner.advance()
-    assert rig.runner.restart() == (2,)
-    assert rig.runner.take_acks() == ((), (), ())
-    rig.runner.start(command(3, "d", "device", 1 * BLOCK, [3], [None]))  # imports again
-    landed, done, failed = drain(rig)
+    assert not loopback_rig.runner.live  # "d" is done, its acks wait
+    loopback_rig.hold("c", 2 * BLOCK, 4)
+    configured, loopback_rig.runner.prefiller = loopback_rig.runner.prefiller, "the-configured-one"
+    loopback_rig.runner.start(command(1, "c", "host", 2 * BLOCK, [None, None], [5, 6]))
+    loopback_rig.runner.prefiller = configured
+    loopback_rig.hold("a", 3 * BLOCK, 5)
+    loopback_rig.runner.start(command(2, "a", "host", 3 * BLOCK, [None] * 3, [0, 1, 2]))
+    loopback_rig.runner.advance()
+    assert loopback_rig.runner.restart() == (2,)
+    assert loopback_rig.runner.take_acks() == ((), (), ())
+    loopback_rig.runner.start(command(3, "d", "device", 1 * BLOCK, [3], [None]))  # imports again
+    landed, done, failed = drain(loopback_rig)
     assert (landed, done, failed) == ({3: [1]}, [3], {})
 
 
-def test_a_runner_is_idle_only_with_no_import_in_flight_and_no_slot_held(rig: Rig) -> None:
+def test_a_runner_is_idle_only_with_no_import_in_flight_and_no_slot_held(loopback_rig: Rig) -> None:
     # a device-target import in flight holds no staging slot, and a slot held with no
     # import in flight: neither runner is idle (kills pdimport/runner.py:228:bool:1,
     # which took either for idle)
-    assert rig.runner.idle
-    rig.hold("a", 2 * BLOCK, 6)
-    rig.runner.start(command(0, "a", "device", 2 * BLOCK, [0, 1], [None, None]))
-    assert rig.staging.in_use == 0 and not rig.runner.idle
-    drain(rig)
-    assert rig.runner.idle
-    leases = rig.staging.lease("someone", 1)
-    assert not rig.runner.live and not rig.runner.idle
-    rig.staging.release(leases)
-    assert rig.runner.idle
+    assert loopback_rig.runner.idle
+    loopback_rig.hold("a", 2 * BLOCK, 6)
+    loopback_rig.runner.start(command(0, "a", "device", 2 * BLOCK, [0, 1], [None, None]))
+    assert loopback_rig.staging.in_use == 0 and not loopback_rig.runner.idle
+    drain(loopback_rig)
+    assert loopback_rig.runner.idle
+    leases = loopback_rig.staging.lease("someone", 1)
+    assert not loopback_rig.runner.live and not loopback_rig.runner.idle
+    loopback_rig.staging.release(leases)
+    assert loopback_rig.runner.idle

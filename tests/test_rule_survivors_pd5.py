@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import re
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,31 +30,24 @@ from tests.test_rule_uncovered_transport import _stand_ins
 # -- the import runner ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def rig() -> Iterator[Rig]:
-    r = Rig("loopback")
-    yield r
-    r.close()
-
-
-def test_the_runner_counts_each_import_done_once_and_each_failure_once(rig: Rig) -> None:
+def test_the_runner_counts_each_import_done_once_and_each_failure_once(loopback_rig: Rig) -> None:
     # a host import of 3 pages (the last one of 3 valid rows), a device import of 2 full
     # pages and one refused at once (another agent's announcement): 3 started, 2 done,
     # 1 failed, and the bytes by where they were READ (kills pdimport/runner.py:363:arith:6,
     # which counted each import done as -1)
-    rig.hold("h", 3 * BLOCK - 1, 1)
-    rig.hold("d", 2 * BLOCK, 2)
-    rig.hold("x", 1 * BLOCK, 3)
-    rig.runner.start(command(0, "h", "host", 3 * BLOCK - 1, [None] * 3, [0, 1, 2]))
-    rig.runner.start(command(1, "d", "device", 2 * BLOCK, [0, 1], [None, None]))
-    configured, rig.runner.prefiller = rig.runner.prefiller, "the-configured-one"
-    rig.runner.start(command(2, "x", "host", 1 * BLOCK, [None], [3]))
-    rig.runner.prefiller = configured
-    landed, done, failed = drain(rig)
+    loopback_rig.hold("h", 3 * BLOCK - 1, 1)
+    loopback_rig.hold("d", 2 * BLOCK, 2)
+    loopback_rig.hold("x", 1 * BLOCK, 3)
+    loopback_rig.runner.start(command(0, "h", "host", 3 * BLOCK - 1, [None] * 3, [0, 1, 2]))
+    loopback_rig.runner.start(command(1, "d", "device", 2 * BLOCK, [0, 1], [None, None]))
+    configured, loopback_rig.runner.prefiller = loopback_rig.runner.prefiller, "the-configured-one"
+    loopback_rig.runner.start(command(2, "x", "host", 1 * BLOCK, [None], [3]))
+    loopback_rig.runner.prefiller = configured
+    landed, done, failed = drain(loopback_rig)
     assert sorted(done) == [0, 1] and list(failed) == [2] and failed[2].reason == "refused"
     assert {i: sorted(p) for i, p in landed.items()} == {0: [1, 2, 3], 1: [1, 2]}
     full = LAYERS * BLOCK * ROW  # a full page's valid bytes
-    assert rig.runner.stats == ImportStats(
+    assert loopback_rig.runner.stats == ImportStats(
         started=3, done=2, failed=1,
         staged_bytes=2 * full + LAYERS * (BLOCK - 1) * ROW, direct_bytes=2 * full,
         staging_peak=2, staging_waits=0, reasons=Counter({"refused": 1}))

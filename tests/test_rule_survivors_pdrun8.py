@@ -5,7 +5,6 @@ showed no test stated (docs/mutation-run7)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -27,32 +26,25 @@ from tests.test_pdimport_runner import (
 )
 
 
-@pytest.fixture
-def rig() -> Iterator[Rig]:
-    r = Rig("loopback")
-    yield r
-    r.close()
-
-
-def test_a_host_page_mirrored_into_gpu_block_0_lands_in_that_resident_block(rig: Rig) -> None:
+def test_a_host_page_mirrored_into_gpu_block_0_lands_in_that_resident_block(loopback_rig: Rig) -> None:
     # a host import whose final page is needed immediately in resident GPU block 0: the
     # page lands in its host block and in GPU block 0 of every cache, and no other device
     # row is written (kills pdimport/runner.py:335:none:1, which took block 0 for "no
     # mirror" and left GPU block 0 as it was)
     num_tokens = 2 * BLOCK - 1
-    pages = rig.hold("m", num_tokens, 21)
-    rig.runner.start(command(0, "m", "host", num_tokens, [None, 0], [3, 5]))
-    before = [p.device.copy() for p in rig.pools]
-    landed, done, failed = drain(rig)
+    pages = loopback_rig.hold("m", num_tokens, 21)
+    loopback_rig.runner.start(command(0, "m", "host", num_tokens, [None, 0], [3, 5]))
+    before = [p.device.copy() for p in loopback_rig.pools]
+    landed, done, failed = drain(loopback_rig)
     assert (landed, done, failed) == ({0: [1, 2]}, [0], {})
     for layer in range(LAYERS):
-        assert np.array_equal(host_block(rig, layer, 3), expected_block(pages, 0, layer,
+        assert np.array_equal(host_block(loopback_rig, layer, 3), expected_block(pages, 0, layer,
                                                                         num_tokens))
-        assert np.array_equal(host_block(rig, layer, 5), expected_block(pages, 1, layer,
+        assert np.array_equal(host_block(loopback_rig, layer, 5), expected_block(pages, 1, layer,
                                                                         num_tokens))
-        assert np.array_equal(device_block(rig, layer, 0), expected_block(pages, 1, layer,
+        assert np.array_equal(device_block(loopback_rig, layer, 0), expected_block(pages, 1, layer,
                                                                           num_tokens))
-        assert np.array_equal(rig.pools[layer].device[BLOCK:], before[layer][BLOCK:])
+        assert np.array_equal(loopback_rig.pools[layer].device[BLOCK:], before[layer][BLOCK:])
 
 
 def _snapshot(runner: ImportRunner, pools: list[Any]) -> dict[str, Any]:

@@ -40,17 +40,6 @@ def _unique(prefix: str) -> str:
     return f"{prefix}{next(_names)}"
 
 
-@pytest.fixture(scope="session")
-def nixl_available() -> None:
-    """NIXL is required here, like TLC: its absence fails the test."""
-    try:
-        from hisparse.transport.nixlpeer import load_nixl
-
-        load_nixl()
-    except TransportError as exc:
-        pytest.fail(f"NIXL is required for these tests: {exc}", pytrace=False)
-
-
 class Side:
     """A transport kind under test: makes prefillers and a decoder transport, then cleans up."""
 
