@@ -1,11 +1,16 @@
 """Rules of the NIXL prefiller's process harness that survivors of the whole mutation run
-showed (docs/mutation-run7, twelfth pass): a killed prefiller leaves no pipe open, and
-loading NIXL quiets its log by default without overriding a level the user set."""
+showed (docs/mutation-run7, twelfth pass): a killed prefiller leaves no pipe open, the
+child deregisters its pages before it says it stopped, and loading NIXL quiets its log by
+default without overriding a level the user set."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
+import threading
+import types
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,3 +51,51 @@ def test_loading_nixl_quiets_its_log_unless_the_user_chose_a_level(
     monkeypatch.setenv("NIXL_LOG_LEVEL", "ERROR")
     load_nixl()
     assert os.environ["NIXL_LOG_LEVEL"] == "ERROR"
+
+
+class _Agent:
+    """A stand-in NIXL agent that logs what the prefiller child registers and drops."""
+
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        self.log = log
+
+    def register_memory(self, regions: list[tuple[int, int, int, str]], kind: str) -> str:
+        self.log.append(("register", (regions[0][1], kind)))
+        return "reg-handle"
+
+    def get_agent_metadata(self) -> bytes:
+        return b"stand-in metadata"
+
+    def deregister_memory(self, reg: str) -> None:
+        self.log.append(("deregister", reg))
+
+
+def test_the_prefiller_child_deregisters_its_pages_then_says_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the child's side of an orderly stop, run in a thread over a real pipe with a
+    # stand-in agent: it registers the pages it was sent once, answers a put, and on
+    # "stop" deregisters them and only then answers "stopped" (kills
+    # transport/nixlpeer.py:55:call:2, which left them registered, and :56:call:3, which
+    # never answered)
+    log: list[tuple[str, Any]] = []
+    fake = types.SimpleNamespace(
+        nixl_agent=lambda name, config: _Agent(log),
+        nixl_agent_config=lambda backends: backends,
+    )
+    monkeypatch.setattr(nixlpeer, "load_nixl", lambda: fake)
+    parent, child = mp.Pipe()
+    thread = threading.Thread(target=nixlpeer._serve, args=("xport10-child", child))
+    thread.start()
+    try:
+        parent.send(np.zeros((3, 8), np.uint8))
+        meta, _base, row_bytes, pages = parent.recv()
+        assert (meta, row_bytes, pages) == (b"stand-in metadata", 8, 3)
+        parent.send(([1], np.full((1, 8), 7, np.uint8)))
+        assert parent.recv() == "put"
+        assert log == [("register", (24, "DRAM"))]
+    finally:
+        parent.send("stop")  # (also ends the child when an assertion above failed)
+        thread.join()  # _serve returns once it has answered the stop
+    assert log == [("register", (24, "DRAM")), ("deregister", "reg-handle")]
+    assert parent.poll(0) and parent.recv() == "stopped"
+    assert not parent.poll(0)
