@@ -211,3 +211,19 @@ def test_a_host_key_is_a_name_or_null_never_empty() -> None:
     assert step_problem(h, step("EvictHost", {"hostKey": {"0": None, "1": "k1"}})) is None
     with pytest.raises(ValidationError, match="should match pattern"):
         step("EvictHost", {"hostKey": {"0": ""}})
+
+
+def test_a_recorded_trace_declares_exactly_the_imports_its_machine_declared() -> None:
+    # the header's ``imports`` are the requests declared with add_import, sorted, and
+    # none for a machine that declared none (kills spec/record.py:35:bool:1, which
+    # declared none ever: a trace of an import read back as ordinary requests)
+    from hisparse.spec.record import machine_trace
+    from tests.protocol_helpers import make_machine
+
+    m = make_machine(record=True, universe={"o1": ("k1",)},
+                     imports={"i2": ("k2", "k3"), "i1": ("k1",)})
+    header = machine_trace(m).header
+    assert header.imports == ["i1", "i2"]
+    assert sorted(header.requests) == ["i1", "i2", "o1"]
+    plain = make_machine(record=True, universe={"o1": ("k1",)})
+    assert machine_trace(plain).header.imports == []
