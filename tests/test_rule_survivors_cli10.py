@@ -28,11 +28,12 @@ def test_the_ticker_thread_blocks_the_stopping_signals_and_is_gone_after_the_blo
         masked.set()
 
     monkeypatch.setattr(cli, "block_in_this_thread", recording)
+    caller = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the caller's mask, as found
     with cli.ticking("xport", every=3600.0):
         # a bound on a wait for the ticker to start, not a timing: it starts at once
         assert masked.wait(120.0), "the ticker thread never blocked the stopping signals"
     [(ticker, mask)] = seen
     assert ticker is not threading.main_thread()
     assert {signal.SIGINT, signal.SIGTERM} <= mask
-    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == caller  # the caller's untouched
     assert not ticker.is_alive()
