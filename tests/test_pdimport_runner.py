@@ -8,6 +8,7 @@ empty, no import in flight, NIXL registrations gone, prefiller processes reaped.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -105,6 +106,12 @@ def rig(kind: str) -> Iterator[Rig]:
     r = Rig(kind)
     yield r
     r.close()
+
+
+def stale_lease(owner: str, slot: int) -> str:
+    """The exact refusal (a ``match`` pattern) of returning a slot no longer leased."""
+    return "^" + re.escape(
+        f"StagingLease(owner={owner!r}, slot={slot}) is not a live lease of this pool") + "$"
 
 
 def command(iid: int, req: str, target: str, num_tokens: int,

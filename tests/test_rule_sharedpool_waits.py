@@ -109,3 +109,24 @@ def test_pending_is_the_largest_taken_transfer_not_yet_fired(
                 assert reader.pending([blk]) == expected
     finally:
         pool.close()
+
+
+def test_a_reader_waits_on_no_copy_the_writer_has_already_landed(ranks: Ranks) -> None:
+    # the spec's WorkerEnqueue: a reader orders its stream after the writer's copy only
+    # while that copy is in flight. The writer lands transfer 5 into block 0; the reader
+    # then takes 5 (and 4, older) into block 0 and records no wait; transfer 6, not yet
+    # landed, is waited on. (The reader's wait table is the only place this shows:
+    # ``pending`` forgets a fired wait when asked. Kills sharedpool.py:155:cmp:5, which
+    # recorded a wait on the landed 5.)
+    writer, wpools, reader, rpools = ranks
+    writer.enqueue_spills(wpools, [(5, 0, 0)])
+    writer.release()
+    assert int(writer.pool.events[0]) == 5
+    reader.enqueue_spills(rpools, [(5, 0, 0)])
+    assert reader._waits == {}
+    reader.enqueue_spills(rpools, [(4, 1, 0)])
+    assert reader._waits == {}
+    assert reader.pending([0]) == []
+    reader.enqueue_spills(rpools, [(6, 0, 0)])
+    assert reader._waits == {0: 6}
+    assert reader.pending([0]) == [6]

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hisparse.config import HiSparseConfig
 from hisparse.metrics import HiSparseMetrics
 from hisparse.msgshape import worker_meta_imports
 from hisparse.sharedpool import SharedHostPool
@@ -31,9 +30,7 @@ from tests.protocol_helpers import import_walk
 from tests.test_pdimport_runner import BLOCK, Rig, command, drain
 from tests.test_rule_metrics_exact import samples
 from tests.test_rule_msgshape_imports import _ack
-
-CONFIG = HiSparseConfig(host_pool_blocks=4, block_tokens=4, row_bytes=16, top_k=4, layers=1)
-GPU, SLOTS = 4, 2
+from tests.test_sharedpool import CONFIG, GPU, SLOTS
 
 # --- the simulator: metrics and P/D imports ------------------------------------------------
 

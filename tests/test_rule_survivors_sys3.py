@@ -8,7 +8,6 @@ import copy
 import json
 import math
 import random
-from collections.abc import Iterator
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from hisparse.executor.reference import ReferenceExecutor, ReferencePools
 from hisparse.metrics import HiSparseMetrics
 from hisparse.pdimport import ImportRunner
 from hisparse.pdimport.sim import PdOptions, PdSide
-from hisparse.sharedpool import SharedHostExecutor, SharedHostPool
 from hisparse.simulate import SimulateOptions, Simulation
 from hisparse.spec.messages import (
     HiSparseConnectorMetadata,
@@ -315,46 +313,4 @@ def test_draining_a_runner_with_nothing_in_flight_changes_nothing() -> None:
     landed, done, failed = runner.take_acks()
     assert [(x.import_id, x.pages) for x in landed] == [(0, (1, 2))]
     assert (done, failed) == ((0,), ())
-
-
-# --- the shared host pool -----------------------------------------------------------------
-
-POOL_LAYOUT = PoolLayout(gpu_blocks=2, host_blocks=3, block_tokens=2, row_bytes=16,
-                         hot_rows=2, slots=1)
-
-
-@pytest.fixture
-def shared_ranks() -> Iterator[tuple[SharedHostExecutor, ReferencePools,
-                                     SharedHostExecutor, ReferencePools]]:
-    """A writer and a reader executor over one fresh shared pool of one layer."""
-    pool = SharedHostPool(POOL_LAYOUT, 1)
-    try:
-        writer = SharedHostExecutor(pool, writer=True)
-        reader = SharedHostExecutor(pool, writer=False)
-        yield writer, writer.allocate(POOL_LAYOUT), reader, reader.allocate(POOL_LAYOUT)
-    finally:
-        pool.close()
-
-
-def test_a_reader_waits_on_no_copy_the_writer_has_already_landed(
-        shared_ranks: tuple[SharedHostExecutor, ReferencePools,
-                            SharedHostExecutor, ReferencePools]) -> None:
-    # the spec's WorkerEnqueue: a reader orders its stream after the writer's copy only
-    # while that copy is in flight. The writer lands transfer 5 into block 0; the reader
-    # then takes 5 (and 4, older) into block 0 and records no wait; transfer 6, not yet
-    # landed, is waited on. (The reader's wait table is the only place this shows:
-    # ``pending`` forgets a fired wait when asked. Kills sharedpool.py:155:cmp:5, which
-    # recorded a wait on the landed 5.)
-    writer, wpools, reader, rpools = shared_ranks
-    writer.enqueue_spills(wpools, [(5, 0, 0)])
-    writer.release()
-    assert int(writer.pool.events[0]) == 5
-    reader.enqueue_spills(rpools, [(5, 0, 0)])
-    assert reader._waits == {}
-    reader.enqueue_spills(rpools, [(4, 1, 0)])
-    assert reader._waits == {}
-    assert reader.pending([0]) == []
-    reader.enqueue_spills(rpools, [(6, 0, 0)])
-    assert reader._waits == {0: 6}
-    assert reader.pending([0]) == [6]
 
