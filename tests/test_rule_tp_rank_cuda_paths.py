@@ -9,7 +9,9 @@
   the run when a refused command took commands or changed the reader, and counts both
   refusals otherwise;
 - a reader's spill work is timed on its compute stream (it waits there for the writer's
-  copy event), a writer's on its copy stream.
+  copy event), a writer's on its copy stream;
+- each step the scheduling rank hands a shared writer every reader's read-done record,
+  and a reader's wait on a record the writer never announced fails the run.
 
 These were GPU-only mutants that survived the H200 run of ``tests/test_tp_gpu.py`` on one
 GPU (docs/mutation-survivors.md, "Fourth pass"): ``410:call:0`` (no device made current:
@@ -17,6 +19,8 @@ harmless on one GPU), ``550:call:20`` (no collection before the unmap), ``551:ca
 (never unmapped), ``544:call:5`` (no closing barrier), ``487:var:0`` (the probe's
 no-change check), ``346:cmp:14`` (the streams swapped). The stand-ins replace only CuPy,
 the CUDA executor and the shared host arena; the rank's loop, group and oracle are real.
+The whole run's GPU-only survivors (thirteenth pass) added ``522:call:51`` (the read-done
+records never passed on) and ``485:raise:2`` (the probe's unrefused wait let through).
 """
 
 from __future__ import annotations
@@ -188,6 +192,80 @@ def test_a_rank_closes_after_a_barrier_and_unmaps_last_with_no_view_left(
         assert reports[r]["mismatches"] == 0 and reports[r]["steps"] > 0
 
 
+# ---------------------------------------------------------------- a writer learns each read
+
+
+class SharedWriter(ReferenceExecutor):
+    """A shared-backing writer's stand-in: it announces no copy events (every rank applies
+    the commands to its own reference pools here) and logs each reader's read-done record
+    the scheduling rank hands it, as ``SharedWriterExecutor.reads_done`` takes them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[int, int]] = []
+
+    def take_announcement(self) -> dict[int, int]:
+        return {}
+
+    def reads_done(self, rank: int, record: int) -> None:
+        self.reads.append((rank, record))
+
+
+class SharedReader(ReferenceExecutor):
+    """A shared-backing reader's stand-in: each step's read-done event is the next record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records = 0
+
+    def learn(self, announcement: dict[int, int]) -> None:
+        pass
+
+    def mark_reads(self) -> int:
+        self.records += 1
+        return self.records
+
+
+def test_the_writer_learns_every_read_done_record_of_each_reader_every_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before its copies overwrite a host slot, a shared writer waits for the readers'
+    announced reads: so each step the scheduling rank passes each reader's read-done
+    record to the writer, in order, and none of its own (tp/run.py:522:call:51 never
+    passed them: the writer's spills were ordered after no read at all)."""
+    o = TpOptions(executor="reference", ranks=2, requests=4, steps=12, seed=5)
+    executors = [SharedWriter(), SharedReader()]
+    monkeypatch.setattr(tp_run, "SharedWriterExecutor", SharedWriter)
+    monkeypatch.setattr(tp_run, "SharedReaderExecutor", SharedReader)
+    monkeypatch.setattr(tp_run, "build_executor",
+                        lambda o, group: (executors[group.rank], ["writer", "reader"][group.rank]))
+    monkeypatch.setattr(tp_run, "_probe_unannounced", lambda side, executor, meta: None)
+    a, b = Pipe()
+    groups = [PipeGroup(0, 2, [a]), PipeGroup(1, 2, [b])]
+    reports: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            reports[r] = run_rank(o, groups[r])
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+            (a if r == 0 else b).close()
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:  # the limit only catches a rank stuck forever; the run takes seconds
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a rank is stuck"
+    assert not errors, errors
+    writer, reader = executors
+    assert isinstance(writer, SharedWriter) and isinstance(reader, SharedReader)
+    assert reader.records == reports[1]["steps"] == reports[0]["steps"] > 0
+    assert writer.reads == [(1, k) for k in range(1, reader.records + 1)]
+    assert [r["role"] for r in (reports[0], reports[1])] == ["writer", "reader"]
+    assert reports[0]["mismatches"] == reports[1]["mismatches"] == 0
+
+
 # ---------------------------------------------------------------- a reader's one-time probe
 
 
@@ -304,6 +382,17 @@ def test_the_probe_fails_the_run_when_a_reader_took_unannounced_commands() -> No
     side = _side(lambda raw: None)
     with pytest.raises(TpRunFailed, match="took commands before the writer's events"):
         tp_run._probe_unannounced(side, FakeReader(), "{}")  # type: ignore[arg-type]
+
+
+def test_the_probe_fails_the_run_when_a_reader_waited_on_an_unannounced_record() -> None:
+    # a reader whose wait on a record the writer never announced is not refused would bind
+    # to the ring slot's older record (tp/run.py:485:raise:2 let such a run go on)
+    reader = FakeReader()
+    reader.writer.wait = lambda stream, record: None
+    side = _side(_refuse)
+    with pytest.raises(TpRunFailed, match=r"^a reader waited on an unannounced record$"):
+        tp_run._probe_unannounced(side, reader, "{}")  # type: ignore[arg-type]
+    assert side.report.refusals_checked == 1  # the refused take was counted, the wait not
 
 
 # ---------------------------------------------------------------- the stream a spill is timed on

@@ -70,3 +70,16 @@ def test_two_ranks_on_one_gpu(backing: str, tmp_path_factory: pytest.TempPathFac
         assert reports[1]["spill_us_n"] > 0  # the reader took (ordered) spill commands
         assert reports[1]["refusals_checked"] == 2  # unannounced events: refused, no change
         assert not Path(shm).exists()  # the writer unlinked the name once every rank mapped it
+
+
+def test_one_rank_on_shared_backing(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Shared backing with no reader: the writer alone still unlinks the pool's name once
+    it has mapped it (the name is rank 0's to drop, whatever the rank count), and every
+    row still resolves bit for bit."""
+    shm = f"/dev/shm/hisparse-tp-test-{tmp_path_factory.getbasetemp().name}-one"
+    o = TpOptions(ranks=1, backing="shared", executor="cuda", gpus=1, shm_path=shm)
+    [report] = launch(o, transport="pipe", timeout_s=400)
+    assert report["role"] == "writer" and report["coordinator"]["open_spills"] == 0
+    assert report["mismatches"] == 0 and report["rows_checked"] > 10_000, report
+    assert report["memory"]["pinned_bytes"] == o.host_pool_bytes
+    assert not Path(shm).exists()
