@@ -497,6 +497,19 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/tp/run.py:367:call:35": "the spin only holds the stream: timing only",
     "hisparse/tp/run.py:426:reorder:2": "the open file stays mapped after the unlink",
     "hisparse/tp/run.py:521:bool:12": "rank 0 reads 0; a reader's records start at 1",
+    # the whole run, thirteenth pass: survivors on lines the suite runs (CPU)
+    "hisparse/simulate.py:674:none:30": "a SharedHostPool has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:674:cmp:63": "with one rank both branches call on_worker_lost(rank 0)",
+    "hisparse/simulate.py:598:none:40": "a HiSparseMetrics has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:610:none:10": "a HiSparseMetrics has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:765:none:32": "a PdSide has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:826:none:16": "a PdSide has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:829:none:17": "trace is None or a Path (always truthy)",
+    "hisparse/simulate.py:828:reorder:10": "the notes read spills, misses, too_large: not imports",
+    "spec/trace.py:277:reorder:1": "a pure set difference moved before a raise",
+    "spec/machine.py:250:int:5": "every caller refused 0 <= h < N already",
+    "spec/machine.py:1460:none:57": "a copying entry is None or a non-empty key",
+    "spec/machine.py:1472:none:58": "a retire refusal is None or a non-empty text",
 }
 
 
