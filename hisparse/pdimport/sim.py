@@ -196,6 +196,12 @@ class PdSide:
         f.direct_bytes = sum(r.stats.direct_bytes for r in self.runners[:1])
         f.staging_peak = max((r.stats.staging_peak for r in self.runners), default=0)
         f.reasons = sum((r.stats.reasons for r in self.runners), Counter())
+        # the workers report the failures they saw; one the coordinator ended before its
+        # worker started it (aborted, or its worker lost, before the command arrived) is
+        # counted here, so the reasons sum to the failures
+        unseen = f.failed - sum(f.reasons.values())
+        if unseen > 0:
+            f.reasons["not_started"] = unseen
         for tr in self.transports:
             tr.close()
         self.transports.clear()
