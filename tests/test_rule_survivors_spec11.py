@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from hisparse.spec.catalogue import replayable
-from hisparse.spec.errors import ActionNotEnabled
+from hisparse.spec.errors import ActionNotEnabled, UnknownTransfer
 from hisparse.spec.machine import ProtocolMachine
 from hisparse.spec.messages import BlockTableReplacement, HiSparseWorkerMeta
-from tests.protocol_helpers import checked_coordinator, legal_moves, make_machine
+from tests.protocol_helpers import checked_coordinator, everything, legal_moves, make_machine
 
 # one rank; two ranks with private pools; two ranks sharing one pool
 CONFIGS: list[dict[str, Any]] = [
@@ -57,7 +57,8 @@ def test_a_replay_of_a_command_no_rank_could_see_again_is_refused_by_name() -> N
     any block into a published host block) is refused, naming the command and the rank;
     nothing changes (no step, no check). A replayable one is a stutter: one step
     recorded, the state as it was.
-    (kills spec/machine.py:1403:raise:67, which dropped the refusal and took the replay)"""
+    (kills spec/machine.py:1403:raise:67, which dropped the refusal and took the replay,
+    and 1414:var:128, which recorded the source block as the destination)"""
     met: Counter[str] = Counter()
     for _, m in walked():
         s = m.state
@@ -72,6 +73,10 @@ def test_a_replay_of_a_command_no_rank_could_see_again_is_refused_by_name() -> N
                         m.IgnoreReplay(src, dst, w)
                         state, _checks, steps = snapshot(m)
                         assert (state, steps) == (before[0], before[2] + 1)
+                        assert m.steps is not None  # the step records the replayed command
+                        assert m.steps[-1][:2] == ("IgnoreReplay",
+                                                   {"src": src, "dst": dst, "rank": w})
+                        met["replayable, src != dst"] += src != dst
                         continue
                     met["refused"] += 1
                     reason = (f"no command {src} -> {dst} was sent to rank {w} "
@@ -82,7 +87,7 @@ def test_a_replay_of_a_command_no_rank_could_see_again_is_refused_by_name() -> N
                     ):
                         m.IgnoreReplay(src, dst, w)
                     assert snapshot(m) == before
-    assert met["replayable"] and met["refused"], met
+    assert met["replayable"] and met["refused"] and met["replayable, src != dst"], met
 
 
 # --- drain: the number of actions it ran -------------------------------------------------
@@ -146,3 +151,20 @@ def test_an_enqueued_ack_frees_a_fully_enqueued_source_listed_after_one_still_se
     assert s.loc[("a", 1)] == ("gpu", 0) and s.loc[("b", 1)] == ("host", 1)
     assert c.take_commands() == (
         (), (BlockTableReplacement(request_id="b", page_index=1, host_block=1),))
+
+
+# --- a loss report naming a transfer that is not open ------------------------------------
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_loss_report_of_a_copy_that_is_no_open_transfer_is_refused_by_name(ranks: int) -> None:
+    """``on_worker_lost`` is checked whole first: a transfer ID reported still copying
+    that is no open transfer is refused as such (not as one never handed to the worker,
+    a later check), and nothing changes: protocol state, the coordinator's tables, the
+    pool. (kills hisparse/coordinator.py:761:raise:16, which went on to the later checks)"""
+    c, kv = checked_coordinator(ranks=ranks)
+    before = everything(c, kv)
+    with pytest.raises(UnknownTransfer,
+                       match=r"^transfer 12345: reported copying, but not an open transfer$"):
+        c.on_worker_lost([12345], rank=ranks - 1)
+    assert everything(c, kv) == before

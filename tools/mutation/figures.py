@@ -510,6 +510,16 @@ EQUIVALENT: dict[str, str] = {
     "spec/machine.py:250:int:5": "every caller refused 0 <= h < N already",
     "spec/machine.py:1460:none:57": "a copying entry is None or a non-empty key",
     "spec/machine.py:1472:none:58": "a retire refusal is None or a non-empty text",
+    "spec/machine.py:255:cmp:153": "_rank is reached only for a rank its caller refused",
+    "hisparse/tracecheck/encode.py:83:reorder:0": "a pure set built before an early return",
+    "spec/observe.py:23:none:1": "a Page is a (request, index) pair: truthy",
+    "spec/observe.py:136:none:2": "a Loc is None or a (tier, block) pair: truthy",
+    "spec/observe.py:144:var:2": "a variable's lists are per block: one length",
+    "spec/observe.py:147:var:7": "a variable's lists are per block: one length",
+    "spec/machine.py:151:none:41": "a declared key tuple is never empty (refused above)",
+    "spec/machine.py:1433:int:19": "_rank(a, 0) does not raise: the same path follows",
+    "spec/machine.py:1433:cmp:146": "_rank(a, 0) does not raise: the same path follows",
+    "hisparse/coordinator.py:341:loop:0": "no host room, no LRU victim: every later spill too",
 }
 
 
