@@ -16,24 +16,12 @@ from types import FrameType
 import pytest
 
 import hisparse.cli as cli
+from tests.test_rule_cli_survivors import _sections
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return dict(sub.choices)
-
-
-def _sections(text: str) -> dict[str, set[str]]:
-    """The help's sections (``title:`` at column 0) and the flags each one lists."""
-    out: dict[str, set[str]] = {}
-    title = ""
-    for line in text.splitlines():
-        if line and not line[0].isspace() and line.endswith(":"):
-            title = line[:-1]
-            out[title] = set()
-        elif title and line.startswith("  -"):
-            out[title] |= {f.split()[0] for f in line.split(", ") if f.lstrip().startswith("-")}
-    return out
 
 
 # -- SIGTERM ------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from hisparse.spec.messages import (
 )
 from hisparse.tp.group import PipeGroup
 from hisparse.tp.run import RankSide, TpOptions, TpRunFailed, build_executor, run_rank
+from tests.test_rule_tp_run import _run as run_ranks_in_threads
 
 # ---------------------------------------------------------------- the device of each rank
 
@@ -239,25 +240,7 @@ def test_the_writer_learns_every_read_done_record_of_each_reader_every_step(
     monkeypatch.setattr(tp_run, "build_executor",
                         lambda o, group: (executors[group.rank], ["writer", "reader"][group.rank]))
     monkeypatch.setattr(tp_run, "_probe_unannounced", lambda side, executor, meta: None)
-    a, b = Pipe()
-    groups = [PipeGroup(0, 2, [a]), PipeGroup(1, 2, [b])]
-    reports: dict[int, dict[str, Any]] = {}
-    errors: list[BaseException] = []
-
-    def rank(r: int) -> None:
-        try:
-            reports[r] = run_rank(o, groups[r])
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
-            (a if r == 0 else b).close()
-
-    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:  # the limit only catches a rank stuck forever; the run takes seconds
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a rank is stuck"
-    assert not errors, errors
+    reports, _ = run_ranks_in_threads(o)
     writer, reader = executors
     assert isinstance(writer, SharedWriter) and isinstance(reader, SharedReader)
     assert reader.records == reports[1]["steps"] == reports[0]["steps"] > 0
