@@ -51,11 +51,13 @@ def test_sigterm_during_a_command_unwinds_it_with_exit_143_and_removes_its_scrat
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setitem(cli.COMMANDS, "docs", (cli.COMMANDS["docs"][0], handler))
     before = signal.signal(signal.SIGTERM, record)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # deliverable here
     try:
         with pytest.raises(SystemExit) as exc:
             cli.main(["docs", "--check"])
         installed = signal.getsignal(signal.SIGTERM)
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGTERM, before)
     assert exc.value.code == 128 + signal.SIGTERM == 143
     assert fallback == []
