@@ -112,7 +112,9 @@ def test_states_are_the_blocks_of_the_first_trace() -> None:
 def test_tla_dir_and_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(paths.TLA_DIR_ENV, raising=False)
     monkeypatch.delenv(paths.CACHE_ENV, raising=False)
-    assert paths.tla_dir() == TLA and (TLA / "MC_gen.tla").is_file()
+    packaged = Path(paths.__file__).resolve().parents[1] / "tla"  # a wheel's hisparse/tla
+    assert paths.tla_dir() == (packaged if packaged.is_dir() else TLA)
+    assert (paths.tla_dir() / "MC_gen.tla").is_file()
     assert paths.checkout_root() == paths.repo_root() == Path(__file__).resolve().parents[1]
     monkeypatch.setenv("HOME", str(tmp_path))
     assert paths.cache_dir() == tmp_path / ".cache" / "hisparse" / "tlc"
