@@ -26,7 +26,7 @@ from hisparse.spec.errors import ActionNotEnabled
 from hisparse.tlc import check, counterexample, paths, runner, signals
 from hisparse.tlc.errors import ModelError
 from hisparse.tlc.output import TEMPORAL, parse_output
-from hisparse.tlc.runner import TlcResult, TlcRuns, TlcStopped
+from hisparse.tlc.runner import TlcResult, TlcRuns
 from tests.test_tlc_rules_nojava import (
     BY_ACTION,
     GRAPH,
@@ -68,21 +68,6 @@ def test_run_tlc_copies_a_module_from_outside_the_sources_and_times_the_run_it_m
     assert (run_dir / "MC_x.tla").read_text() == "MC_x.tla"
     assert 0 < res.seconds <= took
     assert not signals.LATCH._children  # the finished JVM is no longer one to kill
-
-
-def test_stopped_runs_that_echo_leave_the_signal_mask_as_found(tmp_path: Path) -> None:
-    """A run refused because its runs were stopped lets SIGINT and SIGTERM through again
-    whether or not it echoes TLC's output.
-    (kills hisparse/tlc/runner.py:196:var:17, which released the held signals only when
-    the run did not echo)"""
-    install = fake_java(tmp_path, ok_text(1, 1, 1), 0)
-    runs = TlcRuns()
-    runs.stop()
-    before = _blocked()
-    with pytest.raises(TlcStopped, match="TLC was not started"):
-        runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg", tmp_path,
-                       tla_dir=tmp_path / "tla", install=install, runs=runs, echo=True)
-    assert _blocked() == before and not (tmp_path / "rec.json").exists()
 
 
 def test_latched_puts_back_a_default_handler() -> None:

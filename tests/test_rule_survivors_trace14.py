@@ -89,15 +89,17 @@ def test_window_zero_never_splits_and_none_splits_by_jobs() -> None:
     assert check.window_size(steps - 4, 4, None) == steps - 4  # shares below MIN_WINDOW
 
 
-def _stopped_at(tmp: Path, violated: str, cursor: int) -> TlcResult:
-    """A failed replay of one trace, stopped at ``cursor`` by ``violated`` (as TLC
+def _rejects(tmp: Path, label: str, tr: int, violated: str = "MatchPost", cursor: int = 2
+             ) -> TlcResult:
+    """A failed replay, stopped in trace ``tr`` at ``cursor`` by ``violated`` (as TLC
     prints it: the invariant, then the last state's cursor variables)."""
     text = (
         f"Error: Invariant {violated} is violated.\n"
         "Error: The behavior up to this point is:\n"
-        f"State 1: <Initial predicate>\n/\\ tr = 1\n/\\ cursor = {cursor}\n\n"
+        f"State 1: <Initial predicate>\n/\\ tr = {tr}\n/\\ cursor = {cursor}\n\n"
     )
-    return TlcResult("M", "M.cfg", [], 1.0, tmp / "tlc.log", parse_output(text, 12), text)
+    return TlcResult("M", "M.cfg", [], 1.0, tmp / f"{label}.log", parse_output(text, 12),
+                     text)
 
 
 @pytest.mark.parametrize(("violated", "cursor", "step"), [
@@ -117,7 +119,7 @@ def test_a_rejection_names_the_step_and_its_action_or_init(
     trace = read_trace(GOLDEN)
     replay = check._Replay(cast(TlcInstall, object()), tmp_path, ["TypeOK"])
     group = check._Group(0, [GOLDEN], [trace])
-    v = replay.verdict(group, _stopped_at(tmp_path, violated, cursor), [])
+    v = replay.verdict(group, _rejects(tmp_path, "run0", 1, violated, cursor), [])
     action = trace.steps[0].action if step == 1 else "Init"
     assert (v.verdict, v.step, v.action) == ("rejected", step, action)
     assert action != "Init" or step == 0
@@ -139,16 +141,6 @@ def _twin(tmp: Path) -> Path:
 def _ok(tmp: Path, label: str) -> TlcResult:
     text = "Model checking completed. No error has been found.\n"
     return TlcResult("M", "M.cfg", [], 1.0, tmp / f"{label}.log", parse_output(text, 0), text)
-
-
-def _rejects(tmp: Path, label: str, tr: int, violated: str = "MatchPost") -> TlcResult:
-    text = (
-        f"Error: Invariant {violated} is violated.\n"
-        "Error: The behavior up to this point is:\n"
-        f"State 1: <Initial predicate>\n/\\ tr = {tr}\n/\\ cursor = 2\n\n"
-    )
-    return TlcResult("M", "M.cfg", [], 1.0, tmp / f"{label}.log", parse_output(text, 12),
-                     text)
 
 
 class StandIn:

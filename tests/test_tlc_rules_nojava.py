@@ -492,14 +492,17 @@ def test_run_tlc_echoes_and_defaults(
     assert (res.result, res.output.distinct_states, res.output.depth) == ("ok", 5, 2)
 
 
-def test_stopped_runs_start_no_tlc(tmp_path: Path) -> None:
+@pytest.mark.parametrize("echo", [False, True])
+def test_stopped_runs_start_no_tlc(tmp_path: Path, echo: bool) -> None:
+    # the signal mask is restored whether or not the run echoes (runner.py:196:var:17
+    # released it only when the run did not echo)
     install = fake_java(tmp_path, ok_text(1, 1, 1), 0)
     runs = TlcRuns()
     runs.stop()
     before = _blocked()
     with pytest.raises(TlcStopped, match="TLC was not started"):
         runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg", tmp_path,
-                       tla_dir=tmp_path / "tla", install=install, runs=runs)
+                       tla_dir=tmp_path / "tla", install=install, runs=runs, echo=echo)
     assert not (tmp_path / "rec.json").exists() and _blocked() == before
 
 
