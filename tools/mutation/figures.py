@@ -581,7 +581,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/tlc/check.py:239:none:3": "an InjectedBug (frozen dataclass) is truthy",
     "hisparse/tlc/check.py:249:none:5": "an InjectedBug (frozen dataclass) is truthy",
     "hisparse/tlc/check.py:285:none:4": "an InjectedBug (frozen dataclass) is truthy",
-    "hisparse/tlc/check.py:268:reorder:2": "the report holds the same list the removal edits",
+    "hisparse/tlc/check.py:268:reorder:2": "same list; injected runs never name TEMPORAL",
     "hisparse/tlc/check.py:169:reorder:4": "summarize is pure; the version list is apart",
     "hisparse/tlc/runner.py:173:none:1": "a TlcRuns has no __bool__/__len__: truthy",
     "hisparse/tlc/runner.py:194:none:0": "a TlcRuns has no __bool__/__len__: truthy",
