@@ -23,7 +23,7 @@ import pytest
 from hisparse import conformance
 from hisparse.spec.catalogue import ACTIONS
 from hisparse.spec.errors import ActionNotEnabled
-from hisparse.tlc import check, counterexample, paths, runner, signals
+from hisparse.tlc import acquire, check, counterexample, paths, runner, signals
 from hisparse.tlc.errors import ModelError
 from hisparse.tlc.output import TEMPORAL, parse_output
 from hisparse.tlc.runner import TlcResult, TlcRuns
@@ -39,6 +39,7 @@ from tests.test_tlc_rules_nojava import (
     fake_java,
     invariant_text,
     ok_text,
+    script,
     stopping_signals_unblocked,  # noqa: F401 (autouse: signals deliverable in each test)
 )
 
@@ -308,3 +309,89 @@ def test_the_generic_search_tries_past_an_argument_python_refuses() -> None:
         copy.deepcopy(m).Finish("r1")
     conformance._search(m, ACTIONS["Finish"], v)
     assert conformance.canon_python(m) == v
+
+
+# --- an interrupt whose exception something swallowed ----------------------------------
+# Python runs a signal's handler at whatever bytecode comes next; an exception raised
+# where Python cannot raise is dropped. The latch records the signal (LATCH.signum) and
+# kills the JVM whatever happens to the exception; these tests stand in for the swallow.
+
+
+def _counting_popen(monkeypatch: pytest.MonkeyPatch, then: Any = None) -> list[object]:
+    """``subprocess.Popen`` in the runner, counted; ``then`` runs once the process exists."""
+    started: list[object] = []
+    real = subprocess.Popen
+
+    def popen(*args: Any, **kw: Any) -> Any:
+        proc = real(*args, **kw)
+        started.append(proc)
+        if then is not None:
+            then()
+        return proc
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    return started
+
+
+def _swallowed() -> None:
+    signals.LATCH.signum = signal.SIGINT
+
+
+def test_an_interrupt_already_recorded_starts_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGINT recorded by the latch before the run, its exception swallowed: the run
+    raises it before it starts any process (no launcher, no JVM).
+    (kills hisparse/tlc/runner.py:153:call:3, which started the launcher first)"""
+    install = fake_java(tmp_path, ok_text(1, 1, 1), 0)
+    started = _counting_popen(monkeypatch)
+    _swallowed()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg",
+                           tmp_path, tla_dir=tmp_path / "tla", install=install)
+    finally:
+        signals.LATCH.signum = None
+    assert started == [] and not (tmp_path / "rec.json").exists()
+
+
+def test_an_interrupt_recorded_while_the_jvm_starts_stops_it_before_its_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGINT recorded while the launcher starts (signals held), its exception
+    swallowed: the launcher is killed before it is told to exec TLC; no JVM runs.
+    (kills hisparse/tlc/runner.py:177:call:12, which gave the go and let TLC run)"""
+    install = fake_java(tmp_path, ok_text(1, 1, 1), 0)
+    started = _counting_popen(monkeypatch, then=_swallowed)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg",
+                           tmp_path, tla_dir=tmp_path / "tla", install=install)
+    finally:
+        signals.LATCH.signum = None
+    assert len(started) == 1 and not (tmp_path / "rec.json").exists()
+
+
+def test_a_sigint_whose_handler_swallows_it_still_kills_the_jvm(tmp_path: Path) -> None:
+    """TLC's JVM sends SIGINT to the run (as a Ctrl-C would arrive) and would go on for
+    20 seconds; the handler in place before the run swallows the exception. The latch
+    kills the JVM anyway: it never gets to its marker.
+    (kills hisparse/tlc/runner.py:168:call:4, which never handed the JVM to the latch)"""
+    marker = tmp_path / "ran-on"
+    java = script(tmp_path / "java", (
+        "import signal, time\n"
+        "os.kill(os.getppid(), signal.SIGINT)\n"
+        "time.sleep(20)\n"
+        f"open({str(marker)!r}, 'w').close()\n"
+    ))
+    install = acquire.TlcInstall(jar=tmp_path / "t.jar", java=str(java), sha256="-")
+    seen: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        res = runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg",
+                             tmp_path, tla_dir=tmp_path / "tla", install=install)
+    finally:
+        signal.signal(signal.SIGINT, old)
+        signals.LATCH.signum = None
+    assert not marker.exists() and res.output.exit_code == -signal.SIGKILL
+    assert seen and set(seen) == {signal.SIGINT}

@@ -392,6 +392,10 @@ def test_helper_threads_learn_of_a_pending_signal() -> None:
         except signals.Interrupted as exc:
             got.append(exc)
 
+    # a helper never raises the signal itself (here it would reach this handler, not
+    # end the run: signals.py:128:raise:0 did, from the helper)
+    raised: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: raised.append(signum))
     signals.LATCH.signum = signal.SIGTERM
     try:
         t = threading.Thread(target=helper)
@@ -400,6 +404,8 @@ def test_helper_threads_learn_of_a_pending_signal() -> None:
         assert signals.LATCH.signum == signal.SIGTERM  # still the main thread's to raise
     finally:
         signals.LATCH.signum = None
+        signal.signal(signal.SIGTERM, old)
+    assert raised == []
     (exc,) = got
     assert isinstance(exc, signals.Interrupted) and exc.signum == signal.SIGTERM
     assert str(exc) == "interrupted by SIGTERM"

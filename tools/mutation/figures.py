@@ -644,6 +644,7 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/tracecheck/check.py:312:none:1": "a window's verdicts: None or a list of one",
     "hisparse/tracecheck/check.py:256:call:9": "every path has a verdict by then: a no-op",
     "hisparse/tracecheck/check.py:176:none:7": "diagnose_at is a cursor (>= 1) or None",
+    "hisparse/tlc/runner.py:187:call:14": "leaving latched raises the same pending signal",
     "hisparse/simulate.py:472:none:25": "an Admission is None or a NamedTuple: truthy",
     "hisparse/simulate.py:685:reorder:17": "on_connector_meta does not change the meta",
     "hisparse/simulate.py:658:none:29": "a MessageFaults has no __bool__/__len__: truthy",
