@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,12 @@ from tests.test_tlc_rules_nojava import (
     script,
     stopping_signals_unblocked,  # noqa: F401 (autouse: signals deliverable in each test)
 )
+
+
+def _toy_run(tmp: Path, install: acquire.TlcInstall) -> TlcResult:
+    """``run_tlc`` of the toy sources' module A with ``install``'s java."""
+    return runner.run_tlc(_toy_tla(tmp) / "A.tla", tmp / "tla" / "A.cfg", tmp,
+                          tla_dir=tmp / "tla", install=install)
 
 
 def test_run_tlc_copies_a_module_from_outside_the_sources_and_times_the_run_it_made(
@@ -246,8 +253,7 @@ def test_a_jvm_that_cannot_start_lets_the_signals_through_and_says_why(
     monkeypatch.setattr(runner.subprocess, "Popen", refuse)
     before = _blocked()
     with pytest.raises(OSError, match="Resource temporarily unavailable"):
-        runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg", tmp_path,
-                       tla_dir=tmp_path / "tla", install=install)
+        _toy_run(tmp_path, install)
     assert _blocked() == before and not signals.LATCH._children
 
 
@@ -337,8 +343,17 @@ def _swallowed() -> None:
     signals.LATCH.signum = signal.SIGINT
 
 
+@pytest.fixture
+def latch_cleared() -> Iterator[None]:
+    """The latch forgets any signal a test recorded in it."""
+    try:
+        yield
+    finally:
+        signals.LATCH.signum = None
+
+
 def test_an_interrupt_already_recorded_starts_no_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, latch_cleared: None
 ) -> None:
     """A SIGINT recorded by the latch before the run, its exception swallowed: the run
     raises it before it starts any process (no launcher, no JVM).
@@ -346,33 +361,27 @@ def test_an_interrupt_already_recorded_starts_no_process(
     install = fake_java(tmp_path, ok_text(1, 1, 1), 0)
     started = _counting_popen(monkeypatch)
     _swallowed()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg",
-                           tmp_path, tla_dir=tmp_path / "tla", install=install)
-    finally:
-        signals.LATCH.signum = None
+    with pytest.raises(KeyboardInterrupt):
+        _toy_run(tmp_path, install)
     assert started == [] and not (tmp_path / "rec.json").exists()
 
 
 def test_an_interrupt_recorded_while_the_jvm_starts_stops_it_before_its_go(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, latch_cleared: None
 ) -> None:
     """A SIGINT recorded while the launcher starts (signals held), its exception
     swallowed: the launcher is killed before it is told to exec TLC; no JVM runs.
     (kills hisparse/tlc/runner.py:177:call:12, which gave the go and let TLC run)"""
     install = fake_java(tmp_path, ok_text(1, 1, 1), 0)
     started = _counting_popen(monkeypatch, then=_swallowed)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg",
-                           tmp_path, tla_dir=tmp_path / "tla", install=install)
-    finally:
-        signals.LATCH.signum = None
+    with pytest.raises(KeyboardInterrupt):
+        _toy_run(tmp_path, install)
     assert len(started) == 1 and not (tmp_path / "rec.json").exists()
 
 
-def test_a_sigint_whose_handler_swallows_it_still_kills_the_jvm(tmp_path: Path) -> None:
+def test_a_sigint_whose_handler_swallows_it_still_kills_the_jvm(
+    tmp_path: Path, latch_cleared: None
+) -> None:
     """TLC's JVM sends SIGINT to the run (as a Ctrl-C would arrive) and would go on for
     20 seconds; the handler in place before the run swallows the exception. The latch
     kills the JVM anyway: it never gets to its marker.
@@ -388,10 +397,8 @@ def test_a_sigint_whose_handler_swallows_it_still_kills_the_jvm(tmp_path: Path) 
     seen: list[int] = []
     old = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
     try:
-        res = runner.run_tlc(_toy_tla(tmp_path) / "A.tla", tmp_path / "tla" / "A.cfg",
-                             tmp_path, tla_dir=tmp_path / "tla", install=install)
+        res = _toy_run(tmp_path, install)
     finally:
         signal.signal(signal.SIGINT, old)
-        signals.LATCH.signum = None
     assert not marker.exists() and res.output.exit_code == -signal.SIGKILL
     assert seen and set(seen) == {signal.SIGINT}
