@@ -282,3 +282,28 @@ def test_the_default_jobs_are_the_cores(
     monkeypatch.setattr(check, "window_size", spy)
     assert check.check_traces([IMPORTS], tla_dir=TLA).accepted
     assert seen == [os.cpu_count() or 1]
+
+
+def test_every_group_and_window_replays_in_its_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole group (a bug trace, never cut) and two traces cut into windows: every unit
+    writes its module into a folder of its own, and all are accepted.
+    (kills hisparse/tracecheck/check.py:391:arith:9, which numbered the second trace's
+    windows from below the first's, so one of its folders was the whole group's)"""
+    folders: list[Path] = []
+
+    def run_tlc(module: Path, cfg: Path, gen_dir: Path, workers: object, **kw: object
+                ) -> TlcResult:
+        assert module.is_file() and cfg.is_file() and module.parent == gen_dir
+        folders.append(gen_dir)
+        return _ok(tmp_path, gen_dir.name)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(check, "ensure_tlc", lambda: object())
+    monkeypatch.setattr(check, "run_tlc", run_tlc)
+    windows = -(-len(read_trace(IMPORTS).steps) // 10)  # 46 steps: 5 windows
+    res = check.check_traces([BUG, IMPORTS, _twin(tmp_path)], jobs=1, window=10, tla_dir=TLA,
+                             allow_bug=True)
+    assert [v.verdict for v in res.files] == ["accepted"] * 3
+    assert len(folders) == len(set(folders)) == 1 + 2 * windows == res.tlc_runs

@@ -23,10 +23,10 @@ pytestmark = pytest.mark.tlc
 WINDOW = 20  # 56 steps: windows 1-20, 21-40, 41-56
 
 
-def doctored(tmp_path: Path) -> Path:
-    """Step 30 (a ConsumeMeta, in the middle window) claims g's bytes survived."""
+def doctored(tmp_path: Path, at: int = 30) -> Path:
+    """Step ``at`` (a ConsumeMeta) claims g's bytes survived."""
     run = long_run(seed=4)
-    step = run.steps[29]
+    step = run.steps[at - 1]
     assert step["action"] == "ConsumeMeta" and set(step["post"]["gpuData"].values()) == {
         "garbage"
     }
@@ -43,17 +43,26 @@ def test_windows_accept_and_hand_off(tlc: TlcInstall, tmp_path: Path) -> None:
     assert [(f.verdict, f.steps) for f in result.files] == [("accepted", 56)]
 
 
-def test_mid_trace_rejection_is_the_same_with_windows(tlc: TlcInstall, tmp_path: Path) -> None:
-    path = doctored(tmp_path)
+@pytest.mark.parametrize(("at", "size"), [(30, WINDOW), (54, 10)])
+def test_a_rejection_is_the_same_with_windows(
+    tlc: TlcInstall, tmp_path: Path, at: int, size: int
+) -> None:
+    """The step finds no successor, so its window is replayed again to say why, from
+    that window's first state (``_Group.alone``): the same reason as the whole trace's.
+    Step 54 is in the last of windows of 10 steps, which starts mid-cycle (step 51),
+    from a state that is not ``Init``.
+    (kills hisparse/tracecheck/check.py:146:var:53, which re-ran the window from its last
+    state: from ``Init`` in the last window, where step 51 has no successor)"""
+    path = doctored(tmp_path, at)
     whole = check_traces([path], install=tlc, jobs=2, window=0)
-    split = check_traces([path], install=tlc, jobs=2, window=WINDOW)
+    split = check_traces([path], install=tlc, jobs=2, window=size)
     (w,), (s,) = whole.files, split.files
-    assert (w.verdict, w.step, w.action) == ("rejected", 30, "ConsumeMeta"), w
+    assert (w.verdict, w.step, w.action) == ("rejected", at, "ConsumeMeta"), w
     assert (s.verdict, s.step, s.action, s.reason, s.steps) == (
         w.verdict, w.step, w.action, w.reason, w.steps,
     )
     assert w.reason is not None and "gpuData" in w.reason
-    assert s.line() == w.line() == f"rejected: {path} at step 30 (action ConsumeMeta)"
+    assert s.line() == w.line() == f"rejected: {path} at step {at} (action ConsumeMeta)"
 
 
 def test_a_failed_handoff_replays_the_trace_whole(

@@ -652,6 +652,8 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/simulate.py:655:none:28": "a HiSparseMetrics has no __bool__/__len__: truthy",
     "spec/machine.py:740:cmp:91": "_host(a, 0) does not raise: the same path follows",
     "hisparse/simulate.py:683:none:31": "a HiSparseMetrics has no __bool__/__len__: truthy",
+    # the whole run, fifteenth pass (docs/mutation-run7)
+    "hisparse/tracecheck/check.py:146:var:54": "a diagnosis run stops before TrEnd is read",
 }
 
 

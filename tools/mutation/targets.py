@@ -90,7 +90,7 @@ TARGETS: dict[str, Guard] = {
                                 "test_rule_tp_policy", "test_rule_tp_rank_cuda_paths"),
     # trace admission and the trace encoding for TLC (their guards model-check)
     "hisparse/tracecheck/admit.py": _t("test_trace_admission", tlc=True),
-    "hisparse/tracecheck/check.py": _t(*_TLC_TRACE, tlc=True),
+    "hisparse/tracecheck/check.py": _t("test_trace_windows", *_TLC_TRACE, tlc=True),
     "hisparse/tracecheck/encode.py": _t(*_TLC_TRACE, tlc=True),
     "hisparse/tracecheck/errtrace.py": _t(*_TLC_TRACE, tlc=True),
     "hisparse/tracecheck/module.py": _t(*_TLC_TRACE, tlc=True),
