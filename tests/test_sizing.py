@@ -239,8 +239,6 @@ def test_sizing_replay_side_by_side_cli(tmp_path: Path,
     (["--gpu-kv-gib", "100", "--host-gib", "400"], "add --workload mooncake"),
     (["--workload", "mooncake", "--gpu-kv-gib", "100"], "needs both budgets"),
     (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
-      "--top-k", "64"], "--top-k comes from --model"),
-    (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
       "--abort-rate", "0.1"], "drop --abort-rate"),
     # (a rate of 0 is still a flag the replay does not take: sizing/cli.py:88:none:6)
     (["--workload", "mooncake", "--gpu-kv-gib", "100", "--host-gib", "400",
@@ -269,6 +267,22 @@ def test_model_simulate_refuses_in_one_line(argv: list[str], message: str,
                   if "mooncake" in argv else ["simulate", "--model", "deepseek-v3.2", *argv])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--gpu-blocks", "8"), ("--block-tokens", "16"), ("--row-bytes", "32"),
+    ("--top-k", "64"), ("--layers", "2"),
+])
+def test_each_toy_size_is_refused_with_a_model_by_name(
+        flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The model and the GiB budgets set every toy size; each one given is refused, by
+    its flag (--host-blocks never reaches it: argparse refuses it beside --host-gib).
+    (sizing/cli.py:30:drop:4, 6, 7, 8 and 9 each let one through)"""
+    rc = cli.main(["simulate", "--model", "deepseek-v3.2", "--workload", "mooncake",
+                   "--gpu-kv-gib", "100", "--host-gib", "400", flag, value, str(TRACE)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{flag} comes from --model deepseek-v3.2" in err
+    assert err.count("\n") == 1
 
 
 def test_a_gpu_budget_without_a_model_is_refused_in_one_line(

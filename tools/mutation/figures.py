@@ -654,6 +654,26 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/simulate.py:683:none:31": "a HiSparseMetrics has no __bool__/__len__: truthy",
     # the whole run, fifteenth pass (docs/mutation-run7)
     "hisparse/tracecheck/check.py:146:var:54": "a diagnosis run stops before TrEnd is read",
+    "hisparse/worker.py:244:none:12": "a table checked above holds the page: not empty",
+    "hisparse/coordinator.py:675:bool:14": "rx and seq are set together: both or neither",
+    "hisparse/coordinator.py:675:none:17": "a Receiver (dataclass) is truthy",
+    "hisparse/simulate.py:654:none:11": "worker-meta bytes are JSON: never empty",
+    "hisparse/simulate.py:682:none:12": "a connector metadata (BaseModel) is truthy",
+    "hisparse/simulate.py:651:none:27": "a SharedHostPool has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:283:none:39": "a SharedHostPool has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:467:none:35": "a PdSide has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:410:none:4": "a PdSide has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:462:none:5": "a PdSide has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:384:none:24": "a PdSide has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:782:none:15": "a HiSparseMetrics has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:501:none:6": "a HiSparseMetrics has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:768:none:14": "a MessageFaults has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:653:reorder:8": "a rank's acks never wait on another's delivery",
+    "hisparse/simulate.py:426:reorder:3": "the page array is unused when it returns early",
+    "hisparse/simulate.py:503:reorder:4": "on_admission reads only the admission",
+    "hisparse/simulate.py:377:reorder:2": "_import_ended reads no page keys",
+    "hisparse/simulate.py:386:reorder:12": "add_request reads nothing the PdSide holds",
+    "hisparse/sizing/cli.py:30:drop:5": "argparse refuses --host-blocks with --host-gib",
 }
 
 
