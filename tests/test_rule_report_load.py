@@ -46,6 +46,21 @@ def test_a_run_without_one_required_field_is_refused_by_name(tmp_path: Path, fie
         load(path)
 
 
+@pytest.mark.parametrize("field", CHECKED)
+def test_a_document_of_the_other_required_fields_is_refused_by_the_one_missing(
+    tmp_path: Path, field: str
+) -> None:
+    """The required fields are checked before any other is read: a document holding
+    every one of them but ``field`` (and nothing else) is refused for ``field``, not
+    for a field the report reads later.
+    (kills hisparse/report.py:215:drop:6, which named ``requests`` for a missing
+    ``notes``)"""
+    path = tmp_path / "run.json"
+    path.write_text(dumps({k: RUN[k] for k in CHECKED if k != field}))
+    with pytest.raises(ReportError, match=rf"not a hisparse simulate --json file \(no {field}\)"):
+        load(path)
+
+
 @pytest.mark.parametrize("field", sorted(RUN))
 def test_a_run_without_any_one_field_is_refused_or_prints(tmp_path: Path, field: str) -> None:
     """Whatever field is missing, load refuses it by name or the report prints in full."""
