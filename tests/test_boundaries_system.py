@@ -518,6 +518,8 @@ def _rep(**kw: Any) -> BlockTableReplacement:
         {"transfers": 5}, {"transfers": ("x",)}, {"transfers": (_t(transfer_id=[0]),)},
         {"transfers": (_t(transfer_id=0.0),)}, {"transfers": (_t(src_gpu_block=True),)},
         {"transfers": (_t(dst_host_block="0"),)}, {"transfers": (_t(ranks=5),)},
+        # a falsy value is not None (msgshape.py:116:none:8 let ranks=0 through)
+        {"transfers": (_t(ranks=0),)},
         {"transfers": (_t(ranks=(0.0,)),)}, {"replacements": 5},
         {"replacements": (_rep(request_id=5),)}, {"replacements": (_rep(page_index=1.0),)},
         {"replacements": (_rep(host_block=None),)}, {"replacements": (_t(),)},
@@ -525,7 +527,7 @@ def _rep(**kw: Any) -> BlockTableReplacement:
         {"seq": 1, "since": (0,), "epoch": (0.0,)}, {"seq": 1, "since": (0,), "epoch": None},
     ],
     ids=["int-transfers", "str-transfer", "list-id", "float-id", "bool-src", "str-dst",
-         "int-ranks", "float-rank", "int-replacements", "int-request", "float-page",
+         "int-ranks", "zero-ranks", "float-rank", "int-replacements", "int-request", "float-page",
          "none-host", "transfer-as-replacement", "str-seq", "int-since", "float-epoch",
          "seq-without-epoch"],
 )

@@ -674,6 +674,9 @@ EQUIVALENT: dict[str, str] = {
     "hisparse/simulate.py:377:reorder:2": "_import_ended reads no page keys",
     "hisparse/simulate.py:386:reorder:12": "add_request reads nothing the PdSide holds",
     "hisparse/sizing/cli.py:30:drop:5": "argparse refuses --host-blocks with --host-gib",
+    "executor/validate.py:136:int:10": "transfer 0 takes the per-field path: same tuple",
+    "executor/validate.py:136:int:12": "block 0 takes the per-field path: same tuple",
+    "executor/validate.py:158:var:21": "tids and dsts both hold one entry per spill",
 }
 
 
