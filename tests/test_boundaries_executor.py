@@ -141,8 +141,9 @@ def test_spill_coordinates_at_the_edge() -> None:
     ex.enqueue_spill(pools, 0, SPEC.gpu_blocks - 1, SPEC.host_blocks - 1)
     assert ex.queued() == [0]
     before = state(pools)
+    # a bool is no block ID in any field (validate.py:135:cmp:36 and 37 took True as 1)
     for tid, src, dst in ((1, SPEC.gpu_blocks, 0), (1, 0, SPEC.host_blocks), (1, 0, -1),
-                          (1.0, 0, 0), (True, 0, 0), (-1, 0, 0)):
+                          (1.0, 0, 0), (True, 0, 0), (1, True, 0), (1, 0, True), (-1, 0, 0)):
         with pytest.raises(BadTransfer):
             ex.enqueue_spill(pools, tid, src, dst)  # type: ignore[arg-type]
         assert state(pools) == before and ex.queued() == [0]

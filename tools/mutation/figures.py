@@ -677,6 +677,7 @@ EQUIVALENT: dict[str, str] = {
     "executor/validate.py:136:int:10": "transfer 0 takes the per-field path: same tuple",
     "executor/validate.py:136:int:12": "block 0 takes the per-field path: same tuple",
     "executor/validate.py:158:var:21": "tids and dsts both hold one entry per spill",
+    "executor/validate.py:136:cmp:39": "block 0 takes the per-field path: same tuple",
 }
 
 
