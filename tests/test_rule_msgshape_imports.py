@@ -193,3 +193,12 @@ def test_an_import_id_repeated_in_the_commands_or_the_aborts_is_refused(
     assert connector_metadata_problem(meta(cmds, aborts)) == \
         "an import ID repeats in one connector metadata"
     assert connector_metadata_problem(meta(cmds[:1], tuple(set(aborts)))) is None
+
+
+@pytest.mark.parametrize("imports", [None, 5, "xy", {"a": 1}])
+def test_imports_that_are_not_a_tuple_are_refused_by_name(imports: Any) -> None:
+    """Import commands that are not a tuple (the aborts beside them well formed) are
+    refused as such, before any entry is read.
+    (kills hisparse/msgshape.py:146:var:27, which checked the aborts in their place)"""
+    why = connector_metadata_problem(_meta(imports=imports))
+    assert why is not None and why.startswith("imports must be a tuple, got ")
