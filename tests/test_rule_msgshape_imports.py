@@ -202,3 +202,15 @@ def test_imports_that_are_not_a_tuple_are_refused_by_name(imports: Any) -> None:
     (kills hisparse/msgshape.py:146:var:27, which checked the aborts in their place)"""
     why = connector_metadata_problem(_meta(imports=imports))
     assert why is not None and why.startswith("imports must be a tuple, got ")
+
+
+@pytest.mark.parametrize("aborts", [None, 5, {1}, {"a": 1}])
+def test_import_aborts_that_are_not_a_tuple_are_refused_by_name(aborts: Any) -> None:
+    """Import aborts that are not a tuple are refused as such, however well formed the
+    commands beside them (here: none) or the values inside them.
+    (kills hisparse/msgshape.py:148:var:28, which checked the commands in their place)"""
+    meta = HiSparseConnectorMetadata.model_construct(
+        transfers=(), replacements=(), seq=None, since=None, epoch=None, imports=(),
+        import_aborts=aborts)
+    why = connector_metadata_problem(meta)
+    assert why is not None and why.startswith("import_aborts is ")

@@ -678,6 +678,9 @@ EQUIVALENT: dict[str, str] = {
     "executor/validate.py:136:int:12": "block 0 takes the per-field path: same tuple",
     "executor/validate.py:158:var:21": "tids and dsts both hold one entry per spill",
     "executor/validate.py:136:cmp:39": "block 0 takes the per-field path: same tuple",
+    "hisparse/simulate.py:375:none:20": "a PdSide has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:378:none:21": "a PdSide has no __bool__/__len__: truthy",
+    "hisparse/simulate.py:383:none:3": "past hold, tokens is None or at least 1",
 }
 
 
