@@ -51,10 +51,11 @@ def _cmd(target: str, num_tokens: int = 4, block_size: int = 4) -> Any:
                                          pages=(page,))
 
 
-def _meta(imports: tuple[Any, ...] = (), transfers: tuple[Any, ...] = ()) -> Any:
+def _meta(imports: tuple[Any, ...] = (), transfers: tuple[Any, ...] = (),
+          aborts: Any = ()) -> Any:
     return HiSparseConnectorMetadata.model_construct(
         transfers=transfers, replacements=(), seq=None, since=None, epoch=None,
-        imports=imports, import_aborts=())
+        imports=imports, import_aborts=aborts)
 
 
 def _ack(**fields: Any) -> Any:
@@ -209,8 +210,5 @@ def test_import_aborts_that_are_not_a_tuple_are_refused_by_name(aborts: Any) -> 
     """Import aborts that are not a tuple are refused as such, however well formed the
     commands beside them (here: none) or the values inside them.
     (kills hisparse/msgshape.py:148:var:28, which checked the commands in their place)"""
-    meta = HiSparseConnectorMetadata.model_construct(
-        transfers=(), replacements=(), seq=None, since=None, epoch=None, imports=(),
-        import_aborts=aborts)
-    why = connector_metadata_problem(meta)
+    why = connector_metadata_problem(_meta(aborts=aborts))
     assert why is not None and why.startswith("import_aborts is ")

@@ -75,8 +75,8 @@ def test_a_wrong_row_at_position_zero_is_a_data_mismatch(
 def test_the_churn_bench_reports_every_shape_figure_for_each_ack_shape() -> None:
     """``by_acks`` sets each ack shape's figures side by side: all six of them, and the
     headline shape's are the figures at the top of the report.
-    (kills hisparse/bench/churn.py:251:drop:4 and 251:drop:5, which left out
-    ``last_over_first_decile`` and ``cpu_seconds``)"""
+    (kills hisparse/bench/churn.py:251:drop:2 to 251:drop:7, each of which left one
+    figure out)"""
     from hisparse.bench.churn import ACK_SHAPES, run
 
     figures = {"requests_per_cpu_s", "per_request_cpu_us_by_decile", "last_over_first_decile",
