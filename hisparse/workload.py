@@ -40,6 +40,13 @@ class Arrival:
     page_keys: tuple[Key, ...]
     decode_steps: int
 
+    def __post_init__(self) -> None:
+        # refused where it is made, before a run: no coordinator declares a request with no
+        # page, and a prefiller cannot hold its prefill KV (an empty prompt holds no page)
+        if not self.page_keys:
+            raise WorkloadError(f"request {self.request_id!r} has no page: an empty prompt "
+                                "holds no KV page")
+
 
 @dataclass(frozen=True)
 class SyntheticShape:
