@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+MOONCAKE = Path(__file__).parent / "data" / "mooncake_small.jsonl"
+
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
@@ -30,3 +32,17 @@ def test_the_cli_module_run_as_main_is_the_hisparse_program(case: str, tmp_path:
         assert via_cli.returncode == 2
         assert via_cli.stderr == (f"hisparse check: error: argument --trace: no such file: "
                                   f"{missing}\n")
+
+
+@pytest.mark.parametrize("workload", ["synthetic", "mooncake"])
+def test_each_workload_is_a_choice_of_simulate(workload: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # both workloads can be named, the default too (workload.py:26:drop:0 left
+    # "synthetic" out of the choices: only the flag's absence could still run it)
+    from hisparse.cli import main
+
+    args = ["simulate", "--workload", workload, "--requests", "3", "--steps", "10"]
+    if workload == "mooncake":
+        args += [str(MOONCAKE), "--max-decode", "2"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith(f"workload     {workload}")

@@ -179,8 +179,8 @@ def test_the_staging_bench_refuses_row_sizes_off_16_before_it_runs(
 def test_a_bad_trace_field_is_quoted_whole_up_to_40_characters_then_cut_with_dots(
         tmp_path: Path, length: int, shown_length: int) -> None:
     # repr of a string of n-2 characters is n characters long; at most 40 are quoted whole,
-    # longer ones as their first 40 and "..." (workload.py:91:cmp:7 cut a 40-character one;
-    # workload.py:91:int:2 quoted a 41-character one whole)
+    # longer ones as their first 40 and "..." (workload.py:98:cmp:7 cut a 40-character
+    # one; 98:int:2 quoted a 41-character one whole; both were line 91 before)
     value = "x" * (length - 2)
     assert len(repr(value)) == length
     shown = repr(value) if length <= 40 else repr(value)[:40] + "..."
