@@ -52,10 +52,12 @@ def _cmd(target: str, num_tokens: int = 4, block_size: int = 4) -> Any:
 
 
 def _meta(imports: tuple[Any, ...] = (), transfers: tuple[Any, ...] = (),
-          aborts: Any = ()) -> Any:
+          aborts: Any = (), **numbers: Any) -> Any:
+    """A metadata built unvalidated: these commands, unsequenced unless ``numbers`` give
+    seq, since or epoch."""
+    fields: dict[str, Any] = {"seq": None, "since": None, "epoch": None, **numbers}
     return HiSparseConnectorMetadata.model_construct(
-        transfers=transfers, replacements=(), seq=None, since=None, epoch=None,
-        imports=imports, import_aborts=aborts)
+        transfers=transfers, replacements=(), imports=imports, import_aborts=aborts, **fields)
 
 
 def _ack(**fields: Any) -> Any:

@@ -9,15 +9,7 @@ import pytest
 
 from hisparse.msgshape import connector_metadata_problem, worker_meta_imports
 from hisparse.spec.errors import MalformedMessage
-from hisparse.spec.messages import HiSparseConnectorMetadata
-from tests.test_rule_msgshape_imports import _ack
-
-
-def _numbered(**numbers: Any) -> Any:
-    """An otherwise empty metadata, built unvalidated, with these sequence fields."""
-    fields: dict[str, Any] = dict(transfers=(), replacements=(), seq=None, since=None,
-                                  epoch=None, imports=(), import_aborts=())
-    return HiSparseConnectorMetadata.model_construct(**{**fields, **numbers})
+from tests.test_rule_msgshape_imports import _ack, _meta
 
 
 @pytest.mark.parametrize(("numbers", "why"), [
@@ -32,14 +24,14 @@ def _numbered(**numbers: Any) -> Any:
 def test_a_metadata_numbered_by_half_is_refused_by_the_missing_number(
     numbers: dict[str, Any], why: str,
 ) -> None:
-    assert connector_metadata_problem(_numbered(**numbers)) == why
+    assert connector_metadata_problem(_meta(**numbers)) == why
 
 
 @pytest.mark.parametrize("numbers", [{}, {"seq": 0, "since": (0,), "epoch": (0,)}])
 def test_an_unsequenced_or_a_wholly_numbered_metadata_is_well_shaped(
     numbers: dict[str, Any],
 ) -> None:
-    assert connector_metadata_problem(_numbered(**numbers)) is None
+    assert connector_metadata_problem(_meta(**numbers)) is None
 
 
 @pytest.mark.parametrize("field", ["imports_landed", "imports_failed"])
