@@ -47,6 +47,17 @@ def gpu_unavailable() -> str | None:
     return None if count > 0 else "CuPy sees 0 devices"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test that takes the ``tlc`` fixture needs Java and the jar: it is a ``tlc`` test.
+
+    Marked here, before ``-m`` selects, so ``-m "not tlc"`` (a host without Java, the
+    mutation tool's whole-suite run) never starts a test that fails there for that
+    reason alone."""
+    if "tlc" in getattr(item, "fixturenames", ()) and item.get_closest_marker("tlc") is None:
+        item.add_marker(pytest.mark.tlc)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
