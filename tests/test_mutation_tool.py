@@ -34,7 +34,9 @@ from tools.mutation.runner import (
     KILLED,
     ROOT,
     SURVIVED,
+    Killers,
     Limits,
+    Outcome,
     Scratch,
     first_failure,
     module_name,
@@ -275,6 +277,48 @@ def test_a_planted_mutant_is_reported_killed(planted: Mutant) -> None:
     assert "raise ValueError(\"give exactly one" not in mutated
     o = run_mutant(planted, tree_files(), LIMITS, full=False, guard=GUARD)
     assert (o.status, o.phase) == (KILLED, "guard")
+
+
+def test_a_kill_stands_when_its_killer_passes_on_the_unmutated_tree(planted: Mutant) -> None:
+    o = run_mutant(planted, tree_files(), LIMITS, full=False, guard=GUARD, killers=Killers())
+    assert (o.status, o.phase) == (KILLED, "guard")
+    assert o.killer.startswith("tests/test_config.py::")
+
+
+def test_a_kill_by_a_test_that_fails_unmutated_too_is_no_verdict(
+        planted: Mutant, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a lent host without Java once "killed" 23 mutants with a test that needs it
+    from tools.mutation import runner
+
+    def decide(s: Scratch, m: Mutant, *a: object) -> Outcome:
+        return Outcome(m, KILLED, "full", 1.0, killer="tests/test_config.py::test_not_here")
+
+    monkeypatch.setattr(runner, "_decide", decide)
+    o = run_mutant(planted, tree_files(), LIMITS, full=False, guard=GUARD, killers=Killers())
+    assert (o.status, o.killer) == (ERROR, "tests/test_config.py::test_not_here fails unmutated")
+    # without the check the same run is a kill
+    o = run_mutant(planted, tree_files(), LIMITS, full=False, guard=GUARD)
+    assert o.status == KILLED
+
+
+def test_each_killer_is_run_once_on_the_unmutated_source() -> None:
+    class FakeScratch:
+        def __init__(self) -> None:
+            self.text = "mutated"
+            self.runs: list[tuple[str, str]] = []
+
+        def write(self, file: str, text: str) -> None:
+            self.text = text
+
+        def pytest(self, args: list[str], markers: str, timeout: float) -> str:
+            self.runs.append((args[0], self.text))
+            return SURVIVED if args[0] == "t::good" else KILLED
+
+    k, s = Killers(), FakeScratch()
+    got = [k.passes_unmutated(s, "f.py", "original", t, 60.0)  # type: ignore[arg-type]
+           for t in ("t::good", "t::bad", "t::good", "t::bad")]
+    assert got == [True, False, True, False]
+    assert s.runs == [("t::good", "original"), ("t::bad", "original")]
 
 
 def test_the_unmutated_guard_passes_in_a_scratch_copy(planted: Mutant) -> None:

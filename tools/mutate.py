@@ -6,6 +6,8 @@ site of one target module (``tools/mutation/targets.py``: every logic module und
 tree is never touched). The module's guard tests run first with ``-x``; a mutant that
 survives them runs the whole non-TLC suite; a failure or a timeout kills it, a green
 run of both means it survived. Mutants run ``--jobs`` at a time (default: every core).
+A kill counts only if its failing test passes alone on the unmutated tree (asked once
+per test per run): a test that fails on this host for its own reasons makes no verdict.
 Survivors go to ``docs/mutation-survivors.md``: killed by a new test or argued equivalent.
 
 Usage (outside CI; on a shared machine run it under ``nice -n 19``)::

@@ -9,11 +9,13 @@ reported killed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -204,27 +206,62 @@ class Limits:
         return self.guard.get(guard_key(guard), self.default)
 
 
+class Killers:
+    """Which killer tests pass alone on the unmutated tree, each asked once per run.
+
+    A kill is a kill only if its test passes without the mutant: a test that fails on
+    this host for its own reasons (a tool missing, an order it needs) would otherwise
+    "kill" every mutant whose run reaches it. Shared by a run's threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._passes: dict[str, bool] = {}
+
+    def passes_unmutated(self, s: Scratch, file: str, source: str, killer: str,
+                         timeout: float) -> bool:
+        with self._lock:
+            known = self._passes.get(killer)
+        if known is not None:
+            return known
+        s.write(file, source)
+        ok = s.pytest([killer], FULL_MARKERS, timeout) == SURVIVED
+        with self._lock:
+            self._passes[killer] = ok
+        return ok
+
+
 def run_mutant(m: Mutant, files: list[str], limits: Limits, full: bool = True,
-               guard: Guard | None = None, cover: CoverMap | None = None) -> Outcome:
+               guard: Guard | None = None, cover: CoverMap | None = None,
+               killers: Killers | None = None) -> Outcome:
     """One mutant in its own scratch copy. With a coverage map and an edit that runs only
     when called, never at import: the tests that run its lines (the whole suite for it), then, for a
     module guarded only by model checking, those guards. Otherwise its guards, then (if
-    it survives them and ``full``) the whole non-TLC suite."""
+    it survives them and ``full``) the whole non-TLC suite. With ``killers``, a kill by
+    a test that fails on the unmutated tree too is no verdict (``error``, run again)."""
     g = guard or TARGETS[m.file]
     t0 = time.monotonic()
     source = (ROOT / m.file).read_text()
     with Scratch(files) as s:
         s.write(m.file, mutated_source(m, source))
-        if cover is not None:
-            r = reach(m, source)
-            if r.runtime and not cover.at_import(m.file, r.lines):
-                return _by_cover(s, m, g, cover, cover.tests_of(m.file, r.lines), limits, t0)
-        run = s.run_tests(list(g.tests), guard_markers(g), limits.of(g))
-        phase = "guard"
-        if run.status == SURVIVED and full:
-            print(f"guard survivor, running the whole suite: {m.id}  {m.before}", flush=True)
-            run = s.run_tests(full_suite_args(), FULL_MARKERS, limits.full)
-            phase = "full"
+        o = _decide(s, m, g, source, limits, full, cover, t0)
+        if (killers is not None and o.status == KILLED and "::" in o.killer
+                and not killers.passes_unmutated(s, m.file, source, o.killer, limits.full)):
+            return dataclasses.replace(o, status=ERROR, killer=f"{o.killer} fails unmutated")
+    return o
+
+
+def _decide(s: Scratch, m: Mutant, g: Guard, source: str, limits: Limits, full: bool,
+            cover: CoverMap | None, t0: float) -> Outcome:
+    if cover is not None:
+        r = reach(m, source)
+        if r.runtime and not cover.at_import(m.file, r.lines):
+            return _by_cover(s, m, g, cover, cover.tests_of(m.file, r.lines), limits, t0)
+    run = s.run_tests(list(g.tests), guard_markers(g), limits.of(g))
+    phase = "guard"
+    if run.status == SURVIVED and full:
+        print(f"guard survivor, running the whole suite: {m.id}  {m.before}", flush=True)
+        run = s.run_tests(full_suite_args(), FULL_MARKERS, limits.full)
+        phase = "full"
     return Outcome(m, run.status, phase, round(time.monotonic() - t0, 1), killer=run.killer)
 
 
@@ -254,11 +291,12 @@ def run_all(mutants: list[Mutant], jobs: int, limits: Limits, full: bool,
     signal would count its interrupted pytest as a kill)."""
     files = tree_files()
     outcomes: list[Outcome] = []
+    killers = Killers()
 
     def one(m: Mutant) -> Outcome | None:
         if stop_at is not None and time.monotonic() >= stop_at:
             return None
-        return run_mutant(m, files, limits, full, guard, cover)
+        return run_mutant(m, files, limits, full, guard, cover, killers)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for f in as_completed([pool.submit(one, m) for m in mutants]):
