@@ -23,3 +23,27 @@ def test_a_readers_completed_ack_is_refused_even_beside_its_enqueued_ack() -> No
     with pytest.raises(AckNotOwed, match="a reader of the shared pool copies nothing"):
         ack(c, 1, enq=(tid,), done=(tid,))
     assert everything(c, kv) == before
+
+
+def test_a_host_page_released_again_in_one_end_becomes_the_newest_eviction_candidate(
+) -> None:
+    # a request whose keys repeat (["k", "x", "k"]) reads one host page twice: at its
+    # end that page is released twice, the second time after "x" -- it was read last,
+    # so it is the most recently used and "x" is evicted first
+    # kills hisparse/coordinator.py:277:call:45 (the second release left "k" older)
+    c, _ = make(ranks=1)
+    c.add_request("a", ["k", "x"])
+    c.admit("a")
+    tids = [c.spill(("a", 1)), c.spill(("a", 2))]
+    assert None not in tids
+    c.take_commands()
+    ack(c, 0, enq=tuple(t for t in tids if t is not None),
+        done=tuple(t for t in tids if t is not None))
+    c.finish("a")
+    hk, hx = (c.state.prefix["k"], c.state.prefix["x"])
+    c.add_request("b", ["k", "x", "k"])
+    assert c.lookup_prefix("b") == 3
+    c.admit("b")
+    c.finish("b")
+    assert c.evict_published(limit=1) == 1
+    assert "x" not in c.state.prefix and c.state.prefix["k"] == hk != hx
