@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from hisparse.spec.errors import AckNotOwed
+from hisparse.spec.errors import AckNotOwed, UnknownTransfer
 from tests.test_coordinator_tp import ack, everything, handed, make
 
 
@@ -47,3 +47,18 @@ def test_a_host_page_released_again_in_one_end_becomes_the_newest_eviction_candi
     c.finish("b")
     assert c.evict_published(limit=1) == 1
     assert "x" not in c.state.prefix and c.state.prefix["k"] == hk != hx
+
+
+def test_a_completed_ack_after_one_whose_copy_runs_is_still_checked() -> None:
+    # the first completed ID's copy runs on the rank (acked enqueued earlier: nothing to
+    # check); the second's command was never enqueued: the meta is refused whole
+    # kills spec/machine.py:546:loop:3 (continue -> break: the check stopped at the
+    # first and the second was applied unchecked)
+    c, kv = make(ranks=1)
+    t1 = handed(c, "a", "a0")
+    ack(c, 0, enq=(t1,))
+    t2 = handed(c, "b", "b0")
+    before = everything(c, kv)
+    with pytest.raises(UnknownTransfer, match="completed ack before its enqueued ack"):
+        ack(c, 0, done=(t1, t2))
+    assert everything(c, kv) == before
