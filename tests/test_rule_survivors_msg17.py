@@ -39,3 +39,13 @@ def test_each_ack_list_of_a_worker_meta_refuses_a_repeat_and_a_negative(field: s
         HiSparseWorkerMeta.model_validate({field: (4, 4)})
     with pytest.raises(ValidationError, match=f"negative transfer ID in {field}"):
         HiSparseWorkerMeta.model_validate({field: (-1,)})
+
+
+@pytest.mark.parametrize("epoch", [(-1,), (0, -2)])
+def test_a_connector_metadata_with_a_negative_epoch_is_refused(epoch: tuple[int, ...]) -> None:
+    # kills spec/messages.py:179:var:34 (the signs of since were checked again, the
+    # epochs' never: a negative epoch went through)
+    since = (1,) * len(epoch)
+    with pytest.raises(ValidationError,
+                       match="epoch needs one non-negative number per rank of since"):
+        HiSparseConnectorMetadata.model_validate({"seq": 3, "since": since, "epoch": epoch})
