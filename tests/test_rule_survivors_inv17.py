@@ -1,6 +1,7 @@
 """Invariant rules met by the whole mutation run's seventeenth pass
 (docs/mutation-survivors.md): ``ReplayNotExecuted`` counts a consumed enqueued ack as
-one execution of the command, beside one unreported or in a worker meta in flight.
+one execution of the command, beside one unreported or in a worker meta in flight; and
+``LivePagesReadable`` checks a running page's GPU block for its owner and its bytes each.
 
 ``tests/test_invariants_alone.py``'s ``command_executed_twice`` puts both carriers on
 the rank (unreported and in flight); a command executed again after its first enqueued
@@ -12,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from hisparse.spec.errors import InvariantViolation
-from hisparse.spec.invariants import check_invariants
-from hisparse.spec.state import Meta
+from hisparse.spec.invariants import INVARIANTS, check_invariants
+from hisparse.spec.state import GARBAGE, Meta
 from tests.test_invariants_alone import base, failing
 
 
@@ -34,3 +35,20 @@ def test_a_command_executed_again_after_its_ack_was_consumed_is_caught(carrier: 
     with pytest.raises(InvariantViolation) as err:
         check_invariants(m.state)
     assert err.value.name == "ReplayNotExecuted"
+
+
+@pytest.mark.parametrize("corrupt", ["data", "owner"])
+def test_a_running_pages_gpu_block_is_checked_for_its_owner_and_its_bytes_each(
+        corrupt: str) -> None:
+    # r3's page runs on GPU 2: wrong bytes under the right owner, or the right bytes
+    # under no owner, is each a page that cannot be read
+    # kills spec/invariants.py:274:bool:38 (or -> and: only both wrong was reported)
+    m, _ = base()
+    assert m.state.loc[("r3", 1)] == ("gpu", 2)
+    if corrupt == "data":
+        m.state.gpu_data[2] = GARBAGE
+    else:
+        m.state.gpu_owner[2] = None
+    assert failing(m.state) == {"LivePagesReadable"}
+    assert any(p.startswith("page ('r3', 1) on GPU 2: ")
+               for p in INVARIANTS["LivePagesReadable"](m.state))
