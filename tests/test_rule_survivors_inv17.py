@@ -1,7 +1,9 @@
 """Invariant rules met by the whole mutation run's seventeenth pass
 (docs/mutation-survivors.md): ``ReplayNotExecuted`` counts a consumed enqueued ack as
 one execution of the command, beside one unreported or in a worker meta in flight; and
-``LivePagesReadable`` checks a running page's GPU block for its owner and its bytes each.
+``LivePagesReadable`` checks a running page's GPU block for its owner and its bytes each;
+``NoReuseBeforeEnqueued`` checks every sent transfer, past blocks with none; each
+carrier alone keeps a host block in flight (``ProtocolState.in_flight``).
 
 ``tests/test_invariants_alone.py``'s ``command_executed_twice`` puts both carriers on
 the rank (unreported and in flight); a command executed again after its first enqueued
@@ -15,6 +17,7 @@ import pytest
 from hisparse.spec.errors import InvariantViolation
 from hisparse.spec.invariants import INVARIANTS, check_invariants
 from hisparse.spec.state import GARBAGE, Meta
+from tests.protocol_helpers import full_spill, make_machine
 from tests.test_invariants_alone import base, failing
 
 
@@ -52,3 +55,50 @@ def test_a_running_pages_gpu_block_is_checked_for_its_owner_and_its_bytes_each(
     assert failing(m.state) == {"LivePagesReadable"}
     assert any(p.startswith("page ('r3', 1) on GPU 2: ")
                for p in INVARIANTS["LivePagesReadable"](m.state))
+
+
+def test_a_sent_transfer_after_a_closed_one_is_checked_for_its_source() -> None:
+    # host 0's transfer is closed (its page published), host 1's is sent: its source
+    # unpinned before the enqueued ack is a reuse, whatever the lower blocks hold
+    # kills spec/invariants.py:208:loop:3 (continue -> break: the check stopped at the
+    # first block with no sent transfer)
+    m = make_machine()
+    m.Arrive("r0")
+    full_spill(m, ("r0", 1), 0)
+    m.StartSpill(("r0", 2), 1)
+    s = m.state
+    sp = s.spill[1]
+    assert s.spill[0] is None and sp is not None and sp.phase == "sent"
+    assert failing(s) == set()
+    s.src_pin[sp.src] = False
+    assert failing(s) == {"NoReuseBeforeEnqueued"}
+
+
+@pytest.mark.parametrize("carrier", ["command", "copy", "enqueued unreported",
+                                     "completed unreported", "enqueued in flight",
+                                     "completed in flight"])
+def test_each_carrier_alone_keeps_a_host_block_in_flight(carrier: str) -> None:
+    # the spec's InFlightBlocks: a block some rank's command, copy or ack still names
+    # (NoDoubleOwnership: such a block is never free) -- each carrier counts alone
+    # kills spec/state.py:219:var:8 (an unreported enqueued ack, a reader's last, did
+    # not count: the unreported completed acks were read twice)
+    m = make_machine()
+    m.Arrive("r0")
+    tid = m.StartSpill(("r0", 1), 0)
+    s = m.state
+    t = s.down[0].pop(tid)
+    s.spill[0] = None  # the transfer is no longer open: only the carrier names block 0
+    assert not s.in_flight(0)
+    if carrier == "command":
+        s.down[0][tid] = t
+    elif carrier == "copy":
+        s.copying[0][0] = "k0"
+    elif carrier == "enqueued unreported":
+        s.w_enq[0].append(tid)
+    elif carrier == "completed unreported":
+        s.w_done[0].append(tid)
+    elif carrier == "enqueued in flight":
+        s.up[0].append(Meta((tid,), ()))
+    else:
+        s.up[0].append(Meta((), (tid,)))
+    assert s.in_flight(0)
