@@ -1,9 +1,9 @@
 """Invariant rules met by the whole mutation run's seventeenth pass
 (docs/mutation-survivors.md): ``ReplayNotExecuted`` counts a consumed enqueued ack as
-one execution of the command, beside one unreported or in a worker meta in flight; and
+one execution of the command, beside one unreported or in a worker meta in flight;
 ``LivePagesReadable`` checks a running page's GPU block for its owner and its bytes each;
-``NoReuseBeforeEnqueued`` checks every sent transfer, past blocks with none; each
-carrier alone keeps a host block in flight (``ProtocolState.in_flight``).
+``NoReuseBeforeEnqueued`` checks every sent transfer, past blocks with none; and
+each carrier alone keeps a host block in flight (``ProtocolState.in_flight``).
 
 ``tests/test_invariants_alone.py``'s ``command_executed_twice`` puts both carriers on
 the rank (unreported and in flight); a command executed again after its first enqueued
