@@ -34,11 +34,10 @@ def test_a_host_page_released_again_in_one_end_becomes_the_newest_eviction_candi
     c, _ = make(ranks=1)
     c.add_request("a", ["k", "x"])
     c.admit("a")
-    tids = [c.spill(("a", 1)), c.spill(("a", 2))]
-    assert None not in tids
+    t1, t2 = c.spill(("a", 1)), c.spill(("a", 2))
+    assert t1 is not None and t2 is not None
     c.take_commands()
-    ack(c, 0, enq=tuple(t for t in tids if t is not None),
-        done=tuple(t for t in tids if t is not None))
+    ack(c, 0, enq=(t1, t2), done=(t1, t2))
     c.finish("a")
     hk, hx = (c.state.prefix["k"], c.state.prefix["x"])
     c.add_request("b", ["k", "x", "k"])

@@ -50,9 +50,9 @@ from tools.mutation.operators import OPERATORS
 from tools.mutation.reach import reach
 from tools.mutation.runner import (
     ERROR,
-    FULL_MARKERS,
     ROOT,
     SURVIVED,
+    Killers,
     Limits,
     Outcome,
     Scratch,
@@ -321,11 +321,12 @@ def check_killers(path: Path, jobs: int) -> int:
     killers = sorted({o["killer"] for o in doc["outcomes"] if o.get("killer")})
     files = tree_files()
     bad = []
+    check = Killers()
     with Scratch(files) as s:
         for n, test in enumerate(killers, 1):
-            status = s.pytest([test], FULL_MARKERS, 1800)
-            print(f"[{n}/{len(killers)}] {status:8} {test}", flush=True)
-            if status != SURVIVED:
+            ok = check.passes(s, test, 1800)
+            print(f"[{n}/{len(killers)}] {'passes' if ok else 'FAILS':8} {test}", flush=True)
+            if not ok:
                 bad.append(test)
     print(f"{len(killers) - len(bad)}/{len(killers)} killers pass alone on the unmutated tree")
     for t in bad:

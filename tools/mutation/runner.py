@@ -217,13 +217,12 @@ class Killers:
         self._lock = threading.Lock()
         self._passes: dict[str, bool] = {}
 
-    def passes_unmutated(self, s: Scratch, file: str, source: str, killer: str,
-                         timeout: float) -> bool:
+    def passes(self, s: Scratch, killer: str, timeout: float) -> bool:
+        """Whether ``killer`` passes alone in ``s``, which must hold the unmutated tree."""
         with self._lock:
             known = self._passes.get(killer)
         if known is not None:
             return known
-        s.write(file, source)
         ok = s.pytest([killer], FULL_MARKERS, timeout) == SURVIVED
         with self._lock:
             self._passes[killer] = ok
@@ -244,9 +243,10 @@ def run_mutant(m: Mutant, files: list[str], limits: Limits, full: bool = True,
     with Scratch(files) as s:
         s.write(m.file, mutated_source(m, source))
         o = _decide(s, m, g, source, limits, full, cover, t0)
-        if (killers is not None and o.status == KILLED and "::" in o.killer
-                and not killers.passes_unmutated(s, m.file, source, o.killer, limits.full)):
-            return dataclasses.replace(o, status=ERROR, killer=f"{o.killer} fails unmutated")
+        if killers is not None and o.status == KILLED and "::" in o.killer:
+            s.write(m.file, source)  # the mutant undone: the killer alone, unmutated
+            if not killers.passes(s, o.killer, limits.full):
+                return dataclasses.replace(o, status=ERROR, killer=f"{o.killer} fails unmutated")
     return o
 
 
