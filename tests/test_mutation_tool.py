@@ -32,6 +32,7 @@ from tools.mutation.reach import reach
 from tools.mutation.runner import (
     ERROR,
     KILLED,
+    MIN_MEMORY,
     ROOT,
     SURVIVED,
     Killers,
@@ -39,6 +40,7 @@ from tools.mutation.runner import (
     Outcome,
     Scratch,
     first_failure,
+    memory_per_run,
     module_name,
     run_mutant,
     tree_files,
@@ -237,6 +239,28 @@ def test_the_scratch_copy_goes_before_an_outside_pythonpath(
     monkeypatch.delenv("PYTHONPATH")
     with Scratch(["hisparse/config.py"]) as s:
         assert s.env["PYTHONPATH"] == str(s.root)
+
+
+def test_a_run_that_allocates_without_end_is_killed_by_its_test() -> None:
+    # spec/machine.py:465:var:30 appended to the list it walked: its pytest run took the
+    # host's memory until the kernel killed it (an error, never a verdict, run again on
+    # every resume); under the run's data limit its test fails with a MemoryError
+    hog = "def test_hog():\n    xs = []\n    while True:\n        xs.append(bytearray(1 << 20))\n"
+    with Scratch(["hisparse/config.py", "pyproject.toml"], memory=MIN_MEMORY) as s:
+        (s.root / "tests").mkdir()
+        s.write("tests/test_hog.py", hog)
+        s.write("tests/test_fine.py", "def test_fine():\n    assert bytearray(1 << 20)\n")
+        assert s.run_tests(["tests/test_fine.py"], "not tlc", 120).status == SURVIVED
+        run = s.run_tests(["tests/test_hog.py"], "not tlc", 120)
+    assert (run.status, run.killer) == (KILLED, "tests/test_hog.py::test_hog")
+
+
+def test_the_runs_at_once_share_the_hosts_memory() -> None:
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert memory_per_run(1) == max(MIN_MEMORY, total // 2)
+    assert memory_per_run(total) == MIN_MEMORY  # never below the floor
+    with Scratch(["hisparse/config.py"], memory=123) as s:
+        assert s.memory == 123
 
 
 def test_module_names_follow_the_installed_layout() -> None:

@@ -37,6 +37,24 @@ SURVIVED = "survived"
 TIMEOUT = "timeout"  # a run that cannot finish counts as caught (a loop that never ends)
 ERROR = "error"  # pytest collected nothing or died (not a verdict on the mutant)
 STARTUP_S = 10.0  # a pytest process's own start and collection, beside its tests' time
+MIN_MEMORY = 2 << 30  # the least a pytest run may allocate (the suite's runs peak far below)
+
+# A pytest run under a data-size limit (heap and anonymous mappings): a mutant that
+# allocates without end (a loop appending to the list it walks) fails its test with a
+# MemoryError, a kill, instead of exhausting the host and being killed by the kernel,
+# which took the other runs' processes too. (A launcher, not ``preexec_fn``: the runs
+# start from threads.)
+_CAPPED = ("import os, resource, sys\n"
+           "cap = int(sys.argv[1])\n"
+           "resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))\n"
+           "os.execv(sys.executable, [sys.executable, '-m', 'pytest', *sys.argv[2:]])")
+
+
+def memory_per_run(jobs: int | None = None) -> int:
+    """The data limit of each pytest run: the host's memory shared by ``jobs`` runs and
+    the tool itself (every core's worth by default), never below ``MIN_MEMORY``."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(MIN_MEMORY, total // ((jobs or os.cpu_count() or 1) + 1))
 
 
 def tree_files(root: Path = ROOT) -> list[str]:
@@ -51,7 +69,9 @@ def tree_files(root: Path = ROOT) -> list[str]:
 class Scratch:
     """A private copy of the tree that imports as ``hisparse`` ahead of the install."""
 
-    def __init__(self, files: Iterable[str], root: Path = ROOT) -> None:
+    def __init__(self, files: Iterable[str], root: Path = ROOT,
+                 memory: int | None = None) -> None:
+        self.memory = memory_per_run() if memory is None else memory
         # the tree goes one level down, beside a link to the ``../shared`` the tests read
         self.base = Path(tempfile.mkdtemp(prefix="hisparse-mutate-"))
         self.root = self.base / root.name
@@ -105,8 +125,8 @@ class Scratch:
         return run
 
     def _pytest(self, args: list[str], markers: str, timeout: float) -> Run:
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-               "-m", markers, "--hypothesis-seed=0", *args]
+        cmd = [sys.executable, "-c", _CAPPED, str(self.memory), "-x", "-q",
+               "-p", "no:cacheprovider", "-m", markers, "--hypothesis-seed=0", *args]
         try:
             proc = subprocess.run(cmd, cwd=self.root, env=self.env, capture_output=True,
                                   text=True, timeout=timeout, check=False)
@@ -189,13 +209,15 @@ def guard_key(guard: Guard) -> str:
 @dataclass(frozen=True)
 class Limits:
     """Seconds a guard run (by ``guard_key``) and a whole-suite run may take before the
-    mutant is timed out: a multiple of what the unmutated run took (``baseline``)."""
+    mutant is timed out: a multiple of what the unmutated run took (``baseline``); and
+    the bytes each run may allocate (None: ``memory_per_run``)."""
 
     guard: dict[str, float]
     full: float
     default: float = 600.0
     factor: float = 5.0
     floor: float = 60.0
+    memory: int | None = None
 
     @classmethod
     def from_baseline(cls, seconds: dict[str, float], factor: float, floor: float) -> Limits:
@@ -240,7 +262,7 @@ def run_mutant(m: Mutant, files: list[str], limits: Limits, full: bool = True,
     g = guard or TARGETS[m.file]
     t0 = time.monotonic()
     source = (ROOT / m.file).read_text()
-    with Scratch(files) as s:
+    with Scratch(files, memory=limits.memory) as s:
         s.write(m.file, mutated_source(m, source))
         o = _decide(s, m, g, source, limits, full, cover, t0)
         if killers is not None and o.status == KILLED and "::" in o.killer:
@@ -292,6 +314,8 @@ def run_all(mutants: list[Mutant], jobs: int, limits: Limits, full: bool,
     files = tree_files()
     outcomes: list[Outcome] = []
     killers = Killers()
+    if limits.memory is None:  # the host's memory shared by the runs at once
+        limits = dataclasses.replace(limits, memory=memory_per_run(jobs))
 
     def one(m: Mutant) -> Outcome | None:
         if stop_at is not None and time.monotonic() >= stop_at:
