@@ -40,10 +40,14 @@ class ProtocolStateful(RuleBasedStateMachine):
         self.accepted = 0
         self.refused = 0
 
+    def take(self, action: str, args: tuple[Any, ...]) -> None:
+        """Call one action on the machine (a subclass may check around the call)."""
+        getattr(self.m, action)(*args)
+
     def attempt(self, action: str, *args: Any) -> None:
         before = self.m.state.clone()
         try:
-            getattr(self.m, action)(*args)
+            self.take(action, args)
         except (ActionNotEnabled, UnknownTransfer, UnknownRank):
             self.refused += 1
             assert self.m.state == before, f"refused {action}{args} changed the state"
@@ -61,7 +65,7 @@ class ProtocolStateful(RuleBasedStateMachine):
             if not moves:
                 return
             action, args = data.draw(st.sampled_from(moves))
-            getattr(self.m, action)(*args)
+            self.take(action, args)
             self.accepted += 1
 
     @rule(
