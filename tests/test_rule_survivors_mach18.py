@@ -79,15 +79,6 @@ class RecordsWhatItDid(ProtocolStateful):
         return True
 
 
-class RecordsWhatItDidTwoRanksShared(RecordsWhatItDid):
-    RANKS = 2
-    BACKING = "shared"
-
-
-class RecordsWhatItDidTwoRanksPrivate(RecordsWhatItDid):
-    RANKS = 2
-
-
 class RepeatedEnqueuedAckRefused(ProtocolStateful):
     """A channel that duplicates messages: a worker meta carrying an enqueued ack rank w
     gave already (consumed: w is in the transfer's ``enq``) is refused whole by
@@ -107,15 +98,6 @@ class RepeatedEnqueuedAckRefused(ProtocolStateful):
             self.m.ConsumeMeta(w)
         assert s == before
         s.up[w].clear()
-
-
-class RepeatedEnqueuedAckRefusedTwoRanksShared(RepeatedEnqueuedAckRefused):
-    RANKS = 2
-    BACKING = "shared"
-
-
-class RepeatedEnqueuedAckRefusedTwoRanksPrivate(RepeatedEnqueuedAckRefused):
-    RANKS = 2
 
 
 class EveryReachedState(ProtocolStateful):
@@ -143,33 +125,30 @@ class EveryReachedState(ProtocolStateful):
                 assert s.req[p[0]] == "running", (p, where, s.req[p[0]])
 
 
-class EveryReachedStateTwoRanksShared(EveryReachedState):
-    RANKS = 2
-    BACKING = "shared"
-
-
-class EveryReachedStateTwoRanksPrivate(EveryReachedState):
-    RANKS = 2
-
-
 _SETTINGS = settings(max_examples=60, stateful_step_count=50, deadline=None,
                      phases=[Phase.explicit, Phase.reuse, Phase.generate])  # no shrinking
+
+
+def in_each_config(base: type[ProtocolStateful]) -> tuple[Any, Any, Any]:
+    """``base``'s test case with one rank, two ranks sharing one pool, two private pools."""
+    shared: type[ProtocolStateful] = type(f"{base.__name__}TwoRanksShared", (base,),
+                                          {"RANKS": 2, "BACKING": "shared"})
+    private: type[ProtocolStateful] = type(f"{base.__name__}TwoRanksPrivate", (base,),
+                                           {"RANKS": 2})
+    cases = tuple(c.TestCase for c in (base, shared, private))
+    for case in cases:
+        case.settings = _SETTINGS
+    return cases[0], cases[1], cases[2]
+
+
 # kills spec/machine.py:1297:var:107 (WorkerComplete recorded its rank as its host block)
-TestRecordsOneRank = RecordsWhatItDid.TestCase
-TestRecordsTwoRanksShared = RecordsWhatItDidTwoRanksShared.TestCase
-TestRecordsTwoRanksPrivate = RecordsWhatItDidTwoRanksPrivate.TestCase
+TestRecordsOneRank, TestRecordsTwoRanksShared, TestRecordsTwoRanksPrivate = in_each_config(
+    RecordsWhatItDid)
 # kills spec/machine.py:591:bool:76 (a rank's repeated enqueued ack was taken while the
 # transfer waited for another rank's)
-TestRepeatOneRank = RepeatedEnqueuedAckRefused.TestCase
-TestRepeatTwoRanksShared = RepeatedEnqueuedAckRefusedTwoRanksShared.TestCase
-TestRepeatTwoRanksPrivate = RepeatedEnqueuedAckRefusedTwoRanksPrivate.TestCase
+TestRepeatOneRank, TestRepeatTwoRanksShared, TestRepeatTwoRanksPrivate = in_each_config(
+    RepeatedEnqueuedAckRefused)
 # kills spec/machine.py:659:call:9 (a discarded destination kept the bytes copied into it)
 # (and states why spec/machine.py:412:cmp:157 is equivalent)
-TestReachedOneRank = EveryReachedState.TestCase
-TestReachedTwoRanksShared = EveryReachedStateTwoRanksShared.TestCase
-TestReachedTwoRanksPrivate = EveryReachedStateTwoRanksPrivate.TestCase
-for _t in (TestRecordsOneRank, TestRecordsTwoRanksShared, TestRecordsTwoRanksPrivate,
-           TestRepeatOneRank, TestRepeatTwoRanksShared, TestRepeatTwoRanksPrivate,
-           TestReachedOneRank, TestReachedTwoRanksShared, TestReachedTwoRanksPrivate):
-    _t.settings = _SETTINGS
-del _t
+TestReachedOneRank, TestReachedTwoRanksShared, TestReachedTwoRanksPrivate = in_each_config(
+    EveryReachedState)
