@@ -34,6 +34,7 @@ def make_machine(
     host_block_bytes: int = 2,
     host_blocks: int = 0,
     record: bool = False,
+    check: bool = True,
     universe: dict[str, tuple[str, ...]] | None = None,
     ranks: int = 1,
     backing: str = "private",
@@ -58,9 +59,9 @@ def make_machine(
         staging_slots=staging_slots,
     )
     if machine_class is None:
-        m = ProtocolMachine.create(cfg, record=record)
+        m = ProtocolMachine.create(cfg, check=check, record=record)
     else:
-        m = machine_class(cfg, record=record)
+        m = machine_class(cfg, check=check, record=record)
     for r, keys in (imports or {}).items():  # requests that arrive with prefill KV
         m.add_import(r, keys)
     for r, keys in (UNIVERSE if universe is None else universe).items():

@@ -136,6 +136,23 @@ def test_a_lost_metadata_is_a_gap_that_takes_the_loss_path() -> None:
     assert not p.c.state.open_spills and not any(p.c.state.src_pin)
 
 
+def test_a_lost_metadata_is_a_gap_that_names_the_workers_own_rank() -> None:
+    """The engine runs the loss path of the rank the gap names: a worker's receiver is
+    its own rank's (hisparse/worker.py:145:var:4 named it by its GPU block count)."""
+    p = Pair(gpu_blocks=2)
+    p.admit("A", ["kA1", "kA2"], fill=0xAA)
+    p.c.spill(("A", 1))
+    assert p.sched.build_connector_meta() is not None  # never arrives
+    nxt = p.sched.build_connector_meta()  # a heartbeat: the transfer is open
+    assert nxt is not None and nxt.since is not None and nxt.epoch is not None
+    # the same step's metadata for two ranks (the numbers of rank 1 as rank 0's)
+    two = nxt.model_copy(update={"since": nxt.since * 2, "epoch": nxt.epoch * 2})
+    rank1 = LocalWorker(1, CFG, ReferenceExecutor(), gpu_blocks=2, slots=2)
+    with pytest.raises(MessageGap, match="connector metadata of rank 1") as gap:
+        rank1.bind(CONNECTOR_METADATA.dump_json(two))
+    assert gap.value.rank == 1 and rank1.queued() == ()
+
+
 def test_a_lost_worker_meta_is_a_gap_and_a_replayed_one_is_ignored() -> None:
     p = Pair(gpu_blocks=2)
     p.admit("A", ["kA1", "kA2"], fill=0xAA)
