@@ -70,3 +70,13 @@ def test_an_ended_imported_requests_leased_gpu_block_is_a_leak(end: str) -> None
     s.gpu_owner[g] = ("r1", 1)
     assert "NoImportLeak" in failing(s)
     assert NoImportLeak(s) == [f"GPU block {g} still leased to ('r1', 1) of ended imported r1"]
+
+
+def test_an_empty_tuple_as_a_gpu_blocks_owner_is_a_type_error() -> None:
+    # an owner is None or a (request, index) page: anything else is malformed, an empty
+    # tuple too (spec/invariants.py:51:none:4 read a falsy owner as none)
+    m, _ = base()
+    s = m.state
+    assert TypeOK(s) == []
+    s.gpu_owner[2] = ()  # type: ignore[assignment]
+    assert TypeOK(s) == ["GPU block 2 owned by malformed page ()"]
